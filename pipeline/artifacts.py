@@ -1,0 +1,117 @@
+"""Where each artifact lives. dvc.yaml names the same paths; tests/unit/test_dag.py keeps the two in sync.
+
+Every stage gets a `Paths` rooted at the project directory (the working directory under `dvc repro`), so tests
+can run a stage against a temporary root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SAMPLE_DIR = Path(__file__).resolve().parent.parent / "assets" / "sample"
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path = Path(".")
+
+    # download
+    @property
+    def raw(self) -> Path:
+        return self.root / "data" / "raw"
+
+    # clean
+    @property
+    def clean(self) -> Path:
+        return self.root / "data" / "clean"
+
+    @property
+    def rejected(self) -> Path:
+        return self.clean / "rejected.parquet"
+
+    # validate
+    @property
+    def validation_report(self) -> Path:
+        return self.root / "reports" / "validation"
+
+    # tokenize
+    @property
+    def tokenized(self) -> Path:
+        return self.root / "data" / "tokenized"
+
+    @property
+    def spm_model(self) -> Path:
+        return self.tokenized / "spm.model"
+
+    # train
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "models" / "checkpoints"
+
+    @property
+    def final_model(self) -> Path:
+        return self.root / "models" / "final"
+
+    @property
+    def dvclive(self) -> Path:
+        return self.root / "dvclive"
+
+    # evaluate
+    @property
+    def eval_dir(self) -> Path:
+        return self.root / "reports" / "eval"
+
+    # export
+    @property
+    def export(self) -> Path:
+        return self.root / "models" / "export"
+
+    def metrics(self, stage: str) -> Path:
+        return self.root / "metrics" / f"{stage}.json"
+
+    def split_file(self, directory: Path, split: str) -> Path:
+        return directory / f"{split}.parquet"
+
+
+def splits_in(directory: Path) -> list[str]:
+    """Split names present in a directory of `<split>.parquet` files: train, valid, then test sets sorted."""
+    names = {p.stem for p in directory.glob("*.parquet") if p.stem != "rejected"}
+    order = [s for s in ("train", "valid") if s in names]
+    return order + sorted(names - {"train", "valid"})
+
+
+def test_splits(directory: Path) -> list[str]:
+    return [s for s in splits_in(directory) if s not in ("train", "valid")]
+
+
+@contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path; on success it replaces `final` (file or directory) in one rename."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent)) / final.name
+    try:
+        yield tmp
+        if final.is_dir():
+            shutil.rmtree(final)
+        elif final.exists():
+            final.unlink()
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))

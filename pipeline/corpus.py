@@ -1,0 +1,44 @@
+"""Pair Parquet files: the format download, clean and validate exchange (src, tgt, origin, line).
+
+Encoded token arrays live in pipeline/token_arrays.py (numpy only, so training imports no pyarrow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputFileError
+
+PAIR_SCHEMA = pa.schema(
+    [("src", pa.string()), ("tgt", pa.string()), ("origin", pa.string()), ("line", pa.int64())]
+)
+BATCH_ROWS = 65_536
+
+
+def iter_pair_batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Stream a pair Parquet file in bounded memory; a file without the expected columns is a clear error."""
+    columns = columns or PAIR_SCHEMA.names
+    try:
+        pf = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise InputFileError(path, "file not found") from None
+    except (pa.ArrowInvalid, OSError) as err:
+        raise InputFileError(path, f"not a readable Parquet file ({err})") from None
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise InputFileError(path, f"missing column(s) {missing}; has {pf.schema_arrow.names}")
+    yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+
+
+def read_pairs(path: Path) -> tuple[list[str], list[str]]:
+    """All (src, tgt) of a split; for evaluation-sized splits only."""
+    table = pq.read_table(path, columns=["src", "tgt"])
+    return table.column("src").to_pylist(), table.column("tgt").to_pylist()
+
+
+def count_rows(path: Path) -> int:
+    return pq.ParquetFile(path).metadata.num_rows

@@ -1,0 +1,40 @@
+"""Typed errors raised early, each naming the file, row or parameter at fault."""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """An error the user can act on; stages exit non-zero with its message and no traceback."""
+
+
+class InputFileError(PipelineError):
+    def __init__(self, path: object, message: str, line: int | None = None):
+        where = f"{path}" if line is None else f"{path}, line {line}"
+        super().__init__(f"{where}: {message}")
+        self.path, self.line = path, line
+
+
+class CorpusMisaligned(PipelineError):
+    def __init__(self, path_src: object, path_tgt: object, lines_src: int, lines_tgt: int):
+        super().__init__(
+            f"source and target files are not aligned: {path_src} has {lines_src} lines, "
+            f"{path_tgt} has {lines_tgt} lines"
+        )
+        self.path_src, self.path_tgt, self.lines_src, self.lines_tgt = path_src, path_tgt, lines_src, lines_tgt
+
+
+class HubUnreachable(PipelineError):
+    pass
+
+
+class MissingArtifact(PipelineError):
+    def __init__(self, path: object, produced_by: str):
+        super().__init__(f"{path} not found: it is produced by the '{produced_by}' stage (run `dvc repro {produced_by}`)")
+
+
+class ValidationFailed(PipelineError):
+    pass
+
+
+class ParityFailed(PipelineError):
+    pass

@@ -1,0 +1,3 @@
+from stages.train import _main
+
+_main()

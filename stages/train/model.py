@@ -1,0 +1,62 @@
+"""Build a transformers Marian encoder-decoder from the model params, or load a pretrained one.
+
+Marian is the transformers architecture of Opus-MT: a post-norm Transformer (Vaswani et al. 2017) with
+sinusoidal positions, scaled and shared embeddings, and generation (beam search) built in. Attention runs
+through PyTorch SDPA. Imports only torch and transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.params import ModelParams
+
+
+def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int) -> Any:
+    from transformers import MarianConfig
+
+    arch = model.architecture()
+    return MarianConfig(
+        vocab_size=vocab_size,
+        decoder_vocab_size=vocab_size,
+        d_model=arch["d_model"],
+        encoder_layers=arch["encoder_layers"],
+        decoder_layers=arch["decoder_layers"],
+        encoder_attention_heads=arch["attention_heads"],
+        decoder_attention_heads=arch["attention_heads"],
+        encoder_ffn_dim=arch["ffn_dim"],
+        decoder_ffn_dim=arch["ffn_dim"],
+        dropout=arch["dropout"],
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation_function="relu",
+        max_position_embeddings=model.max_positions,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=model.tie_embeddings,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        # Marian starts decoding from <pad>; generation must never emit <pad> itself.
+        decoder_start_token_id=pad_id,
+        forced_eos_token_id=eos_id,
+        bad_words_ids=[[pad_id]],
+        num_beams=4,
+        max_length=model.max_positions,
+    )
+
+
+def build_model(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1) -> Any:
+    """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained)."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, MarianMTModel
+
+    if model.init == "pretrained":
+        return AutoModelForSeq2SeqLM.from_pretrained(model.name_or_path, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    config = marian_config(model, vocab_size, pad_id, eos_id)
+    config._attn_implementation = "sdpa"
+    return MarianMTModel(config)
+
+
+def count_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,70 @@
+"""Shared fixtures: corpora built from the real Multi30k files in ../shared, and a small model made here."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_UPDATE_DOWNLOAD_COUNTS", "0")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+def multi30k_lines(name: str, lang: str, limit: int | None = None) -> list[str]:
+    path = MULTI30K / f"{name}.{lang}.gz"
+    if not path.exists():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return lines[:limit]
+
+
+def write_clean_splits(root: Path, sizes: dict[str, int]) -> Path:
+    """Write data/clean/<split>.parquet from Multi30k: train and valid from train/val, other splits from test."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.corpus import PAIR_SCHEMA
+
+    source = {"train": "train", "valid": "val"}
+    out = root / "data" / "clean"
+    out.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        name = source.get(split, "test_2016_flickr")
+        src, tgt = multi30k_lines(name, "en", n), multi30k_lines(name, "de", n)
+        table = pa.table(
+            {"src": src, "tgt": tgt, "origin": [f"{name}.en"] * len(src), "line": list(range(1, len(src) + 1))},
+            schema=PAIR_SCHEMA,
+        )
+        pq.write_table(table, out / f"{split}.parquet")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """An untrained tiny Marian model with the project's tokenizer, saved as `models/final` would be."""
+    from pipeline.artifacts import Paths
+    from pipeline.params import parse
+    from stages import tokenize
+    from stages.train.model import build_model
+    from stages.train.save import save_final
+
+    root = tmp_path_factory.mktemp("tiny_model")
+    write_clean_splits(root, {"train": 2000, "valid": 50, "test": 50})
+    params = parse({"tokenize": {"vocab_size": 1000}, "model": {"preset": "tiny"}})
+    paths = Paths(root)
+    tokenize.run(params, paths)
+    import json
+
+    meta = json.loads((paths.tokenized / "meta.json").read_text())
+    model = build_model(params.model, meta["vocab_size"], meta["pad_id"], meta["eos_id"])
+    save_final(model, paths.tokenized / "hf_tokenizer", paths.final_model)
+    return paths.final_model
