@@ -101,6 +101,7 @@ class TokenizeParams(_Section):
     byte_fallback: bool = True
     input_sentence_size: int = Field(2_000_000, ge=1000)
     threads: int | Literal["auto"] = "auto"
+    seed: int = Field(1, ge=0)
 
 
 # Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017.

@@ -46,8 +46,10 @@ REJECTED_SCHEMA = pa.schema([("split", pa.string()), *PAIR_SCHEMA, ("reason", pa
 
 
 def normalize(texts: pa.Array, form: str) -> pa.Array:
-    texts = pc.utf8_normalize(texts, form=form)
+    # Remove invisible characters before composing: one between a letter and its combining mark ("u", ZWSP,
+    # U+0308) would otherwise block composition and leave the text in decomposed form.
     texts = pc.replace_substring_regex(texts, pattern=CONTROL, replacement="")
+    texts = pc.utf8_normalize(texts, form=form)
     texts = pc.replace_substring_regex(texts, pattern=WHITESPACE, replacement=" ")
     return pc.utf8_trim(texts, characters=" ")
 

@@ -17,7 +17,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterable, Iterator
-from itertools import islice
+from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,14 @@ def read_parallel(src_path: Path, tgt_path: Path) -> Iterator[Pair]:
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
     origin = src_path.name
     n = 0
-    for n, (src, tgt) in enumerate(zip(src_lines, tgt_lines, strict=False), start=1):
+    # Not zip(): it consumes (and loses) the source's extra line before noticing the target has ended.
+    for n, (src, tgt) in enumerate(zip_longest(src_lines, tgt_lines), start=1):
+        if src is None or tgt is None:
+            extra_src, extra_tgt = sum(1 for _ in src_lines), sum(1 for _ in tgt_lines)
+            lines_src = n - 1 + (src is not None) + extra_src
+            lines_tgt = n - 1 + (tgt is not None) + extra_tgt
+            raise CorpusMisaligned(src_path, tgt_path, lines_src, lines_tgt)
         yield src, tgt, origin, n
-    extra_src, extra_tgt = sum(1 for _ in src_lines), sum(1 for _ in tgt_lines)
-    if extra_src or extra_tgt:
-        raise CorpusMisaligned(src_path, tgt_path, n + extra_src, n + extra_tgt)
 
 
 def write_split(pairs: Iterable[Pair], out: Path) -> int:
@@ -78,7 +81,8 @@ def write_split(pairs: Iterable[Pair], out: Path) -> int:
     with pq.ParquetWriter(out, PAIR_SCHEMA) as writer:
         while chunk := list(islice(pairs, BATCH_ROWS)):
             columns = list(zip(*chunk, strict=True))
-            writer.write_batch(pa.record_batch([pa.array(c, t) for c, t in zip(columns, PAIR_SCHEMA.types)], PAIR_SCHEMA))
+            arrays = [pa.array(c, t) for c, t in zip(columns, PAIR_SCHEMA.types, strict=True)]
+            writer.write_batch(pa.record_batch(arrays, PAIR_SCHEMA))
             rows += len(chunk)
     return rows
 
@@ -102,7 +106,8 @@ def file_sources(params: Params, root: Path) -> dict[str, tuple[Path, Path]]:
         if langs != {"en", "de"}:
             raise PipelineError(f"the embedded sample is English-German; data.src_lang/tgt_lang are {sorted(langs)}")
         names = ("train", "valid", "test")
-        return {s: (SAMPLE_DIR / f"{s}.{params.data.src_lang}", SAMPLE_DIR / f"{s}.{params.data.tgt_lang}") for s in names}
+        src, tgt = params.data.src_lang, params.data.tgt_lang
+        return {s: (SAMPLE_DIR / f"{s}.{src}", SAMPLE_DIR / f"{s}.{tgt}") for s in names}
     return {s: (_resolve(f.src, root), _resolve(f.tgt, root)) for s, f in params.data.files.items()}
 
 

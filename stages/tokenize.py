@@ -8,6 +8,7 @@ saved as a standard transformers `MarianTokenizer` (`hf_tokenizer/`), which the 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -44,11 +45,14 @@ def train_spm(params: Params, train_file: Path, out_dir: Path) -> Path:
     import sentencepiece as spm
 
     tok = params.tokenize
-    spm.set_random_generator_seed(params.train.seed)
-    prefix = out_dir / "spm"
+    spm.set_random_generator_seed(tok.seed)
+    # The model comes back through model_writer rather than model_prefix: SentencePiece stores model_prefix in
+    # the model's trainer spec, and here that is a random temporary path, so the same inputs would give a
+    # different spm.model (and a DVC cache miss downstream) on every run.
+    model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=_train_sentences(train_file),
-        model_prefix=str(prefix),
+        model_writer=model,
         model_type=tok.model_type,
         vocab_size=tok.vocab_size,
         # A soft limit: on a small corpus SentencePiece stops at the vocabulary it can support.
@@ -65,7 +69,9 @@ def train_spm(params: Params, train_file: Path, out_dir: Path) -> Path:
         pad_id=-1,
         minloglevel=2,
     )
-    return prefix.with_suffix(".model")
+    model_file = out_dir / "spm.model"
+    model_file.write_bytes(model.getvalue())
+    return model_file
 
 
 def write_hf_tokenizer(spm_model: Path, out_dir: Path, src_lang: str, tgt_lang: str) -> dict[str, int]:

@@ -36,12 +36,23 @@ def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int)
         tie_word_embeddings=model.tie_embeddings,
         pad_token_id=pad_id,
         eos_token_id=eos_id,
-        # Marian starts decoding from <pad>; generation must never emit <pad> itself.
         decoder_start_token_id=pad_id,
+    )
+
+
+def generation_config(pad_id: int, eos_id: int, max_length: int) -> Any:
+    """Saved with the model (transformers 5 keeps generation settings only in generation_config.json)."""
+    from transformers import GenerationConfig
+
+    # Marian starts decoding from <pad>; generation must never emit <pad> itself.
+    return GenerationConfig(
+        decoder_start_token_id=pad_id,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
         forced_eos_token_id=eos_id,
         bad_words_ids=[[pad_id]],
         num_beams=4,
-        max_length=model.max_positions,
+        max_length=max_length,
     )
 
 
@@ -55,7 +66,9 @@ def build_model(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, s
     torch.manual_seed(seed)
     config = marian_config(model, vocab_size, pad_id, eos_id)
     config._attn_implementation = "sdpa"
-    return MarianMTModel(config)
+    built = MarianMTModel(config)
+    built.generation_config = generation_config(pad_id, eos_id, model.max_positions)
+    return built
 
 
 def count_parameters(model: Any) -> int:

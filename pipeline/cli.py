@@ -1,0 +1,116 @@
+"""`mtpipe`: the command line. It starts fast: no heavy library is imported until a subcommand needs it.
+
+  mtpipe run            dvc repro (initialising DVC first if needed), then the summary
+  mtpipe summary        test BLEU/chrF and where each artifact is
+  mtpipe params         validate params.yaml and print the effective settings (presets resolved)
+  mtpipe stage NAME     run one stage directly, outside DVC (for debugging)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.artifacts import Paths
+from pipeline.params import ParamsError, load
+
+STAGES = ("download", "clean", "validate", "tokenize", "train", "evaluate", "export")
+
+
+def _dvc() -> list[str]:
+    """The dvc of this interpreter's environment, so `mtpipe` works without an activated venv."""
+    local = Path(sys.executable).with_name("dvc")
+    return [str(local)] if local.exists() else [shutil.which("dvc") or "dvc"]
+
+
+def ensure_dvc_repo(root: Path) -> None:
+    if (root / ".dvc").is_dir():
+        return
+    scm = (root / ".git").exists()
+    subprocess.run([*_dvc(), "init", "--quiet", *([] if scm else ["--no-scm"])], cwd=root, check=True)
+    subprocess.run([*_dvc(), "config", "core.analytics", "false"], cwd=root, check=True)
+    subprocess.run([*_dvc(), "config", "core.check_update", "false"], cwd=root, check=True)
+
+
+def summary(paths: Paths) -> str:
+    lines = []
+    eval_file = paths.metrics("eval")
+    if eval_file.exists():
+        lines.append("Test scores (sacreBLEU, cased, 13a):")
+        for split, r in json.loads(eval_file.read_text()).items():
+            lines.append(f"  {split:<20} BLEU {r['bleu']:6.2f}   chrF {r['chrf']:6.2f}   ({r['sentences']} sentences)")
+        first = next(iter(json.loads(eval_file.read_text()).values()))
+        lines.append(f"  signature: {first['signature']['bleu']}")
+    else:
+        lines.append("No evaluation yet: run `mtpipe run` (or `dvc repro`).")
+    artifacts = [
+        ("raw corpus", paths.raw),
+        ("clean corpus + rejected rows", paths.clean),
+        ("validation report (Data Docs)", paths.validation_report / "index.html"),
+        ("SentencePiece model + encoded arrays", paths.tokenized),
+        ("trained model (save_pretrained)", paths.final_model),
+        ("training curves (DVCLive)", paths.dvclive),
+        ("hypotheses", paths.eval_dir),
+        ("ONNX + TorchScript export", paths.export),
+        ("metrics", paths.root / "metrics"),
+    ]
+    lines.append("Artifacts:")
+    for label, path in artifacts:
+        state = "" if path.exists() else "  (missing)"
+        lines.append(f"  {label:<38} {path}{state}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mtpipe", description="Reproducible MT training pipeline over one DVC DAG.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="dvc repro, then print the summary")
+    run_p.add_argument("--force", action="store_true", help="rerun every stage (dvc repro --force)")
+    sub.add_parser("summary", help="test scores and where each artifact is")
+    params_p = sub.add_parser("params", help="validate params.yaml and print the effective settings")
+    params_p.add_argument("file", nargs="?", default="params.yaml")
+    stage_p = sub.add_parser("stage", help="run one stage directly, outside DVC")
+    stage_p.add_argument("name", choices=STAGES)
+    args = parser.parse_args(argv)
+    paths = Paths()
+
+    if args.command == "params":
+        try:
+            params = load(args.file)
+        except ParamsError as err:
+            print(err, file=sys.stderr)
+            return 2
+        effective = params.model_dump(by_alias=True)
+        effective["model"]["architecture"] = params.model.architecture()
+        print(json.dumps(effective, indent=2))
+        return 0
+    if args.command == "summary":
+        print(summary(paths))
+        return 0
+    if args.command == "stage":
+        return subprocess.run([sys.executable, "-m", f"stages.{args.name}"]).returncode
+    # run
+    try:
+        load("params.yaml")  # fail on bad params before DVC starts anything
+    except ParamsError as err:
+        print(err, file=sys.stderr)
+        return 2
+    ensure_dvc_repo(paths.root)
+    # Stage commands run `python -m stages.<name>`: put this environment's bin first so they use it.
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    result = subprocess.run([*_dvc(), "repro", *(["--force"] if args.force else [])], env=env)
+    if result.returncode != 0:
+        return result.returncode
+    print()
+    print(summary(paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

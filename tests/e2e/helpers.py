@@ -1,0 +1,63 @@
+"""A temporary git + DVC copy of the project, to run the real DAG without touching the working tree."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def project_copy(dest: Path) -> Path:
+    """Copy the files git would commit (tracked and untracked-but-not-ignored) and commit them in a new repo."""
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file() and not name.startswith(("data/", "models/", "reports/", "metrics/", "dvclive/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    (dest / "dvc.lock").unlink(missing_ok=True)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "project copy")
+    return dest
+
+
+def git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", *args], cwd=root, env=env, capture_output=True, text=True, check=True).stdout
+
+
+def set_params(root: Path, overrides: dict[str, dict[str, Any]]) -> None:
+    path = root / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    for section, values in overrides.items():
+        params.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    result = subprocess.run([str(BIN / "dvc"), *args], cwd=root, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"dvc {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def stages_run(result: subprocess.CompletedProcess) -> list[str]:
+    """Stages `dvc repro` / `dvc exp run` actually executed, in order."""
+    return re.findall(r"Running stage '([\w-]+)'", result.stdout + result.stderr)

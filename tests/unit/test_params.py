@@ -1,0 +1,115 @@
+"""params.yaml is the product's interface: invalid settings fail before any work, naming the key and the value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.params import PRESETS, ParamsError, load, parse
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_params_file_is_valid_and_uses_the_embedded_sample():
+    params = load(REPO / "params.yaml")
+    assert params.data.source == "sample"
+    assert (params.data.src_lang, params.data.tgt_lang) == ("en", "de")
+
+
+def test_defaults_are_valid_without_any_file_content():
+    params = parse({})
+    assert params.model.preset == "tiny" and params.train.precision == "fp32"
+
+
+def test_unknown_key_is_rejected_with_its_dotted_name():
+    with pytest.raises(ParamsError, match=r"train\.max_step: unknown key \(value 5\)"):
+        parse({"train": {"max_step": 5}})
+
+
+def test_unknown_section_is_rejected():
+    with pytest.raises(ParamsError, match="trian: unknown key"):
+        parse({"trian": {}})
+
+
+def test_wrong_type_names_the_key_and_the_bad_value():
+    with pytest.raises(ParamsError, match=r"train\.max_steps = 'many'"):
+        parse({"train": {"max_steps": "many"}})
+
+
+def test_out_of_range_value_names_the_key_and_the_bad_value():
+    with pytest.raises(ParamsError, match=r"train\.lr = -0\.1: Input should be greater than 0"):
+        parse({"train": {"lr": -0.1}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"train": {"precision": "fp8"}}, r"train\.precision = 'fp8'"),
+        ({"model": {"preset": "huge"}}, r"model\.preset = 'huge'"),
+        ({"data": {"source": "s3"}}, r"data\.source = 's3'"),
+        ({"train": {"nproc": 0}}, r"train\.nproc = 0"),
+        ({"train": {"nproc": "all"}}, r"train\.nproc"),
+    ],
+)
+def test_invalid_choices_are_rejected(raw, message):
+    with pytest.raises(ParamsError, match=message):
+        parse(raw)
+
+
+def test_every_error_is_reported_at_once():
+    with pytest.raises(ParamsError) as err:
+        parse({"train": {"lr": 0, "max_tokens": 1}, "evaluate": {"beam": 0}})
+    text = str(err.value)
+    assert "3 invalid parameter(s)" in text
+    assert "train.lr" in text and "train.max_tokens" in text and "evaluate.beam" in text
+
+
+def test_files_source_requires_train_valid_and_a_test_split():
+    with pytest.raises(ParamsError, match=r"data.files.valid"):
+        parse({"data": {"source": "files", "files": {"train": {"src": "a", "tgt": "b"}}}})
+    files = {s: {"src": f"{s}.en", "tgt": f"{s}.de"} for s in ("train", "valid")}
+    with pytest.raises(ParamsError, match="at least one test split"):
+        parse({"data": {"source": "files", "files": files}})
+    files["newstest2014"] = {"src": "t.en", "tgt": "t.de"}
+    assert set(parse({"data": {"source": "files", "files": files}}).data.files) == {"train", "valid", "newstest2014"}
+
+
+def test_wmt14_only_accepts_its_language_pairs():
+    assert parse({"data": {"source": "wmt14", "src_lang": "de", "tgt_lang": "en"}}).data.src_lang == "de"
+    with pytest.raises(ParamsError, match="WMT14 has no de-fr pair"):
+        parse({"data": {"source": "wmt14", "src_lang": "de", "tgt_lang": "fr"}})
+
+
+def test_model_fields_override_the_preset():
+    arch = parse({"model": {"preset": "cpu-ref", "encoder_layers": 6}}).model.architecture()
+    assert arch == {**PRESETS["cpu-ref"], "encoder_layers": 6}
+
+
+def test_cpu_ref_and_base_presets_match_their_definitions():
+    assert PRESETS["cpu-ref"] == dict(
+        d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1
+    )
+    assert PRESETS["base"]["d_model"] == 512 and PRESETS["big"]["attention_heads"] == 16
+
+
+def test_heads_must_divide_the_model_width():
+    with pytest.raises(ParamsError, match="divisible by attention_heads"):
+        parse({"model": {"d_model": 100, "attention_heads": 8}})
+
+
+def test_pretrained_init_needs_a_path():
+    with pytest.raises(ParamsError, match="name_or_path"):
+        parse({"model": {"init": "pretrained"}})
+
+
+def test_missing_and_malformed_files_are_clear_errors(tmp_path):
+    with pytest.raises(ParamsError, match="params file not found"):
+        load(tmp_path / "params.yaml")
+    bad = tmp_path / "params.yaml"
+    bad.write_text("train: [unclosed\n")
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        load(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(ParamsError, match="must be a mapping"):
+        load(bad)

@@ -1,0 +1,230 @@
+"""validate stage: a Great Expectations suite over the cleaned splits, with Data Docs and a metrics summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.artifacts import Paths
+from pipeline.corpus import PAIR_SCHEMA
+from pipeline.errors import MissingArtifact, ValidationFailed
+from pipeline.params import parse
+from stages import validate
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD_TRAIN = [
+    ("A dog runs in the park.", "Ein Hund rennt im Park."),
+    ("Two children play football.", "Zwei Kinder spielen Fußball."),
+    ("The woman reads a book.", "Die Frau liest ein Buch."),
+    ("Yes.", "Ja, sehr gerne."),  # ratio 3.75 > 3, but the shorter side is under ratio_min_chars
+    ("A man rides a red bicycle.", "Ein Mann fährt ein rotes Fahrrad."),
+]
+GOOD_HELDOUT = [("A cat sleeps.", "Eine Katze schläft."), ("It rains.", "Es regnet.")]
+
+
+def write_split(root: Path, split: str, pairs: list[tuple[str | None, str | None]]) -> None:
+    out = root / "data" / "clean"
+    out.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "src": [s for s, _ in pairs],
+            "tgt": [t for _, t in pairs],
+            "origin": [f"{split}.en"] * len(pairs),
+            "line": list(range(1, len(pairs) + 1)),
+        },
+        schema=PAIR_SCHEMA,
+    )
+    pq.write_table(table, out / f"{split}.parquet")
+
+
+def corpus(root: Path, train: list, valid: list = GOOD_HELDOUT, test: list = GOOD_HELDOUT) -> Paths:
+    write_split(root, "train", train)
+    write_split(root, "valid", valid)
+    write_split(root, "test", test)
+    return Paths(root)
+
+
+def metrics_of(paths: Paths) -> dict:
+    return json.loads(paths.metrics("validation").read_text(encoding="utf-8"))
+
+
+def failed_columns(summary: dict, kind: str = "failed_critical") -> list[str | None]:
+    return [f.get("column") for f in summary[kind]]
+
+
+def test_clean_pairs_pass_and_data_docs_are_written(tmp_path, caplog):
+    paths = corpus(tmp_path, GOOD_TRAIN)
+    stale = paths.validation_report / "stale.html"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("from an earlier run")
+
+    with caplog.at_level(logging.INFO, logger="mtpipe.validate"):
+        returned = validate.run(parse({}), paths)
+
+    report = paths.validation_report
+    assert (report / "index.html").is_file()
+    assert sorted(p.name for p in report.iterdir()) == ["expectations", "index.html", "static", "validations"]
+    pages = {p.name for p in (report / "validations").rglob("*.html")}
+    assert pages == {"clean-train.html", "clean-valid.html", "clean-test.html"}
+    # The derived train file and every temporary directory are gone: reports/ holds only the site.
+    assert [p.name for p in report.parent.iterdir()] == ["validation"]
+
+    metrics = metrics_of(paths)
+    assert metrics["success"] is True and returned["success"] is True
+    assert metrics["rows"] == len(GOOD_TRAIN) + 2 * len(GOOD_HELDOUT)
+    assert list(metrics["splits"]) == ["train", "valid", "test"]
+    train = metrics["splits"]["train"]
+    assert train["rows"] == len(GOOD_TRAIN)
+    assert train["evaluated_expectations"] == train["successful_expectations"] == 12
+    assert train["failed_critical"] == train["failed_non_critical"] == []
+    assert metrics["splits"]["test"]["evaluated_expectations"] == 3
+    assert returned == {k: v for k, v in metrics.items() if k != "splits"}
+    assert any("validated 9 rows in 3 split(s) against 18 expectations" in r.message for r in caplog.records)
+
+
+def test_duplicate_pairs_fail_the_suite_with_examples(tmp_path):
+    paths = corpus(tmp_path, [*GOOD_TRAIN, GOOD_TRAIN[1]])
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse({}), paths)
+
+    message = str(err.value)
+    assert "1 critical expectation(s) failed" in message
+    assert "train: expect_column_values_to_be_unique on pair_key: 2 unexpected (33.33%)" in message
+    assert "train.en:2 src='Two children play football.'" in message and "train.en:6 " in message
+    # The report is written before the error, for the user to inspect.
+    assert (paths.validation_report / "index.html").is_file()
+    metrics = metrics_of(paths)
+    assert metrics["success"] is False and metrics["failed_critical"] == 1
+    (failure,) = metrics["splits"]["train"]["failed_critical"]
+    assert failure["expectation"] == "expect_column_values_to_be_unique" and failure["column"] == "pair_key"
+    assert failure["examples"] == ["Two children play football.\tZwei Kinder spielen Fußball."] * 2
+    assert [(r["origin"], r["line"]) for r in failure["rows"]] == [("train.en", 2), ("train.en", 6)]
+
+
+def test_duplicates_only_warn_when_the_clean_stage_keeps_them(tmp_path):
+    paths = corpus(tmp_path, [*GOOD_TRAIN, GOOD_TRAIN[1]])
+
+    validate.run(parse({"clean": {"deduplicate": False}}), paths)
+
+    assert failed_columns(metrics_of(paths)["splits"]["train"], "failed_non_critical") == ["pair_key"]
+
+
+def test_overlong_row_fails_naming_the_column(tmp_path):
+    long_target = "Ein sehr langer Satz, der viel länger ist als erlaubt."
+    paths = corpus(tmp_path, [*GOOD_TRAIN, ("A long sentence.", long_target)])
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse({"clean": {"max_chars": 40, "max_length_ratio": 5.0}}), paths)
+
+    message = str(err.value)
+    assert "expect_column_values_to_be_between on tgt_chars: 1 unexpected" in message
+    assert "max_value=40" in message and "train.en:6 " in message
+    assert "src_chars" not in message
+    (failure,) = metrics_of(paths)["splits"]["train"]["failed_critical"]
+    assert failure["column"] == "tgt_chars" and failure["examples"] == [len(long_target)]
+
+
+def test_mostly_tolerates_a_share_of_out_of_bounds_rows(tmp_path):
+    paths = corpus(tmp_path, [*GOOD_TRAIN, ("A long sentence.", "Ein sehr langer Satz, der viel länger ist.")])
+
+    returned = validate.run(
+        parse({"clean": {"max_chars": 40, "max_length_ratio": 5.0}, "validate": {"mostly": 0.8}}), paths
+    )
+
+    assert returned["success"] is True
+
+
+def test_too_many_words_and_a_large_length_ratio_fail(tmp_path):
+    paths = corpus(
+        tmp_path,
+        [
+            *GOOD_TRAIN,
+            ("one two three four five six seven", "eins zwei"),
+            ("Short enough.", "Ein unglaublich langwieriger Übersetzungsversuch."),
+        ],
+    )
+
+    with pytest.raises(ValidationFailed):
+        validate.run(parse({"clean": {"max_words": 6, "max_length_ratio": 2.0}}), paths)
+
+    train = metrics_of(paths)["splits"]["train"]
+    assert failed_columns(train) == ["src_words", "length_ratio"]
+    assert [r["line"] for r in train["failed_critical"][1]["rows"]] == [7]
+
+
+def test_copies_and_control_characters_are_critical(tmp_path):
+    paths = corpus(tmp_path, [*GOOD_TRAIN, ("Berlin", "Berlin"), ("zero\u200bwidth", "Null Breite")])
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse({}), paths)
+
+    assert failed_columns(metrics_of(paths)["splits"]["train"]) == ["is_copy", "has_control"]
+    assert "src='zero\\u200bwidth'" in str(err.value)  # the invisible character is shown escaped
+
+
+def test_html_only_warns(tmp_path, caplog):
+    paths = corpus(tmp_path, [*GOOD_TRAIN, ("Click <b>here</b> &amp; wait.", "Klicken Sie hier und warten Sie.")])
+
+    with caplog.at_level(logging.WARNING, logger="mtpipe.validate"):
+        returned = validate.run(parse({}), paths)
+
+    assert returned["success"] is True and returned["failed_non_critical"] == 1
+    train = metrics_of(paths)["splits"]["train"]
+    assert train["failed_critical"] == [] and failed_columns(train, "failed_non_critical") == ["has_html"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("has_html" in w and "train.en:6" in w for w in warnings)
+
+
+def test_empty_train_split_fails(tmp_path):
+    paths = corpus(tmp_path, [])
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse({}), paths)
+
+    assert "train: expect_table_row_count_to_be_between: observed 0 [min_value=1]" in str(err.value)
+    train = metrics_of(paths)["splits"]["train"]
+    assert train["rows"] == 0 and failed_columns(train) == [None]
+    assert (paths.validation_report / "index.html").is_file()
+
+
+def test_missing_target_in_a_test_split_fails_naming_the_split(tmp_path):
+    paths = corpus(tmp_path, GOOD_TRAIN, test=[("A cat sleeps.", None)])
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse({}), paths)
+
+    assert "test: expect_column_values_to_not_be_null on tgt: 1 unexpected (100.00%)" in str(err.value)
+    assert metrics_of(paths)["splits"]["valid"]["success"] is True
+
+
+def test_missing_train_split_names_the_clean_stage(tmp_path):
+    write_split(tmp_path, "valid", GOOD_HELDOUT)
+
+    with pytest.raises(MissingArtifact, match="train.parquet not found.*'clean' stage"):
+        validate.run(parse({}), Paths(tmp_path))
+
+
+def test_word_counts_match_python_split():
+    texts = ["a  b", " a\tb\nc ", "a\u00a0b\u3000c", "a\u200bb", "", "\u2028", "x\x1cy", None]
+    batch = pa.RecordBatch.from_pydict(
+        {"src": texts, "tgt": ["x"] * len(texts), "origin": ["o"] * len(texts), "line": list(range(len(texts)))},
+        schema=PAIR_SCHEMA,
+    )
+    with validate.ThreadPoolExecutor(2) as pool:
+        derived = validate.derive_columns(batch, parse({}).clean, pool)
+    assert derived.column("src_words").to_pylist() == [None if t is None else len(t.split()) for t in texts]
+
+
+def test_module_imports_without_great_expectations_or_pandas():
+    code = "import sys, stages.validate; print(sorted({'great_expectations', 'pandas'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
