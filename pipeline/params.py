@@ -100,7 +100,7 @@ class TokenizeParams(_Section):
     character_coverage: float = Field(1.0, gt=0.9, le=1.0)
     byte_fallback: bool = True
     input_sentence_size: int = Field(2_000_000, ge=1000)
-    threads: int | Literal["auto"] = "auto"
+    threads: int | Literal["auto"] = 2
     seed: int = Field(1, ge=0)
 
 

@@ -38,13 +38,18 @@ def token_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
-def translate(model: Any, tokenizer: Any, sentences: list[str], cfg: EvaluateParams) -> list[str]:
+def translate(
+    model: Any, tokenizer: Any, sentences: list[str], cfg: EvaluateParams, progress_bar: bool = True
+) -> list[str]:
     """Beam-search translations in input order."""
     import torch
 
     encoded = tokenizer(sentences, truncation=True, max_length=model.config.max_position_embeddings).input_ids
+    from tqdm import tqdm
+
     hyps = [""] * len(sentences)
     model.eval()
+    progress = tqdm(total=len(sentences), desc="translate", unit="sent", mininterval=2, disable=not progress_bar)
     for batch in token_batches([len(e) for e in encoded], cfg.max_tokens // max(cfg.beam, 1)):
         ids = [encoded[i] for i in batch]
         longest = max(len(x) for x in ids)
@@ -56,13 +61,16 @@ def translate(model: Any, tokenizer: Any, sentences: list[str], cfg: EvaluatePar
                 attention_mask=(input_ids != pad).long(),
                 num_beams=cfg.beam,
                 length_penalty=cfg.length_penalty,
-                max_new_tokens=int(cfg.max_len_a * longest + cfg.max_len_b),
+                # max_length counts the decoder start token; it overrides the model's own default.
+                max_length=int(cfg.max_len_a * longest + cfg.max_len_b) + 1,
                 early_stopping=True,
                 bad_words_ids=[[pad]],
                 do_sample=False,
             )
         for i, text in zip(batch, tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
             hyps[i] = text
+        progress.update(len(batch))
+    progress.close()
     return hyps
 
 

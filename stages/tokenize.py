@@ -136,7 +136,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     if not train_file.exists():
         raise MissingArtifact(train_file, "clean")
     splits = splits_in(paths.clean)
-    threads = _threads(params.tokenize.threads)
+    threads = os.cpu_count() or 1  # encoding output does not depend on the thread count; training does
 
     with atomic_path(paths.tokenized) as out:
         out.mkdir()
