@@ -37,7 +37,7 @@ def test_first_repro_produces_every_artifact(project):
     assert set(scores) == {"test"}
     assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
     assert "tok:13a" in scores["test"]["signature"]["bleu"]
-    assert len((project / "reports/eval/test.hyp.txt").read_text().splitlines()) == scores["test"]["sentences"] == 90
+    assert len((project / "reports/eval/test.hyp.txt").read_text().splitlines()) == scores["test"]["sentences"] == 268
 
 
 def test_final_model_loads_with_the_auto_classes(project):
