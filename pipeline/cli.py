@@ -4,6 +4,7 @@
   mtpipe summary        test BLEU/chrF and where each artifact is
   mtpipe params         validate params.yaml and print the effective settings (presets resolved)
   mtpipe stage NAME     run one stage directly, outside DVC (for debugging)
+  mtpipe flow ...       Prefect: run the pipeline flow once, run an experiment, serve the deployments
 """
 
 from __future__ import annotations
@@ -66,6 +67,57 @@ def summary(paths: Paths) -> str:
     return "\n".join(lines)
 
 
+def _add_flow_parser(sub: argparse._SubParsersAction) -> None:
+    flow_p = sub.add_parser("flow", help="Prefect flows over the same DAG (needs the `flow` extra)")
+    flow_sub = flow_p.add_subparsers(dest="flow_command", required=True)
+    run_p = flow_sub.add_parser("run", help="run the pipeline flow once: every dvc.yaml stage as a Prefect task")
+    run_p.add_argument("--push", action="store_true", help="end with `dvc push` to the default DVC remote")
+    exp_p = flow_sub.add_parser("experiment", help="run the experiment flow once: dvc exp run -S ..., markdown report")
+    exp_p.add_argument("-S", "--set-param", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="a params.yaml override, e.g. -S train.lr=0.001 (repeatable)")
+    exp_p.add_argument("-n", "--name", help="experiment name (default: DVC picks one)")
+    serve_p = flow_sub.add_parser("serve", help="serve the prefect.yaml deployments (nightly, experiment) here")
+    for p in (run_p, exp_p, serve_p):
+        p.add_argument("--project", default=".", help="project directory (default: the current one)")
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, object]:
+    """`key=value` strings to a mapping; values read as YAML so `0.001` is a number and `tiny` a string."""
+    import yaml
+
+    overrides: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def flow_command(args: argparse.Namespace) -> int:
+    try:
+        from pipeline import flow
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] == "prefect":
+            print("Prefect is not installed: pip install -e '.[flow]'", file=sys.stderr)
+            return 2
+        raise
+    if args.flow_command == "serve":
+        flow.serve_deployments(args.project)
+        return 0
+    if args.flow_command == "experiment":
+        try:
+            overrides = parse_overrides(args.overrides)
+        except ValueError as err:
+            print(err, file=sys.stderr)
+            return 2
+        state = flow.experiment(overrides, name=args.name, project_dir=args.project, return_state=True)
+    else:
+        state = flow.pipeline(project_dir=args.project, push=args.push, return_state=True)
+    print(f"flow run {state.name}" + (f": {state.message}" if state.message else ""))
+    return 0 if state.is_completed() else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtpipe", description="Reproducible MT training pipeline over one DVC DAG.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     params_p.add_argument("file", nargs="?", default="params.yaml")
     stage_p = sub.add_parser("stage", help="run one stage directly, outside DVC")
     stage_p.add_argument("name", choices=STAGES)
+    _add_flow_parser(sub)
     args = parser.parse_args(argv)
     paths = Paths()
+
+    if args.command == "flow":
+        return flow_command(args)
 
     if args.command == "params":
         try:

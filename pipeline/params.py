@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 PARAMS_FILE = "params.yaml"
 
@@ -27,9 +36,40 @@ class _Section(BaseModel):
 
 
 class SplitFiles(_Section):
+    """Two aligned files, one sentence a line (plain or .gz): line n of src translates line n of tgt."""
+
     src: str = Field(min_length=1)
     tgt: str = Field(min_length=1)
 
+
+class TsvFile(_Section):
+    """One file (plain or .gz), one pair a line as two tab-separated columns."""
+
+    tsv: str = Field(min_length=1)
+    # Languages of the first and second column; null means [src_lang, tgt_lang]. Naming them lets one TSV serve
+    # both directions.
+    columns: tuple[str, str] | None = None
+
+
+class MosesDir(_Section):
+    """A directory of Moses-style files NAME.<src_lang> / NAME.<tgt_lang> (each plain or .gz), paired by NAME and
+    concatenated in NAME order; `prefix` keeps only the NAMEs that start with it."""
+
+    dir: str = Field(min_length=1)
+    prefix: str = ""
+
+
+def _entry_kind(entry: Any) -> str:
+    # Which shape an entry has is decided by its key, so a typo yields the error of the intended shape only.
+    if isinstance(entry, dict):
+        return "tsv" if "tsv" in entry else "dir" if "dir" in entry else "aligned"
+    return {TsvFile: "tsv", MosesDir: "dir"}.get(type(entry), "aligned")
+
+
+FileEntry = Annotated[
+    Annotated[SplitFiles, Tag("aligned")] | Annotated[TsvFile, Tag("tsv")] | Annotated[MosesDir, Tag("dir")],
+    Discriminator(_entry_kind),
+]
 
 WMT14_PAIRS = {"cs", "de", "fr", "hi", "ru"}
 
@@ -38,17 +78,32 @@ class DataParams(_Section):
     source: Literal["sample", "files", "wmt14"] = "sample"
     src_lang: str = Field("en", pattern=r"^[a-z]{2,3}$")
     tgt_lang: str = Field("de", pattern=r"^[a-z]{2,3}$")
-    # split name -> files; "train" and "valid" are required, every other split is a test set.
-    files: dict[str, SplitFiles] = Field(default_factory=dict)
-    # Deterministic cap on training pairs (the first N); null keeps them all.
+    # split name -> one entry or a list of entries, concatenated in order ({src, tgt} | {tsv} | {dir, prefix});
+    # "train" and "valid" are required, every other split is a test set.
+    files: dict[str, list[FileEntry]] = Field(default_factory=dict)
+    # Cap on training pairs; null keeps them all. `subsample` says which: "spread" takes N pairs evenly spaced over
+    # the whole split (WMT14 train is Europarl, then Common Crawl, then News Commentary: a prefix would be Europarl
+    # only), "head" the first N. Both are deterministic.
     max_train_pairs: Annotated[int, Field(gt=0)] | None = None
+    subsample: Literal["spread", "head"] = "spread"
+    # wmt14 only: the dataset repository revision (branch, tag or commit); the manifest records the commit used.
+    revision: str | None = None
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _one_entry_is_a_list_of_one(cls, files: Any) -> Any:
+        if isinstance(files, dict):
+            return {name: entry if isinstance(entry, list) else [entry] for name, entry in files.items()}
+        return files
 
     @field_validator("files")
     @classmethod
-    def _split_names_are_safe(cls, files: dict[str, SplitFiles]) -> dict[str, SplitFiles]:
-        for name in files:
+    def _split_names_are_safe(cls, files: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for name, entries in files.items():
             if not name.replace("_", "").replace("-", "").isalnum():
                 raise ValueError(f"split name {name!r} must be letters, digits, '-' or '_'")
+            if not entries:
+                raise ValueError(f"split {name!r} has an empty list of files")
         return files
 
     @model_validator(mode="after")
@@ -61,6 +116,14 @@ class DataParams(_Section):
                 raise ValueError(f"source 'files' needs data.files.{missing[0]} (train and valid are required)")
             if len(self.files) < 3:
                 raise ValueError("source 'files' needs at least one test split besides train and valid")
+            for split, entries in self.files.items():
+                for entry in entries:
+                    if isinstance(entry, TsvFile) and entry.columns is not None:
+                        if set(entry.columns) != {self.src_lang, self.tgt_lang}:
+                            raise ValueError(
+                                f"data.files.{split}: {entry.tsv} has columns {list(entry.columns)}, but the pair is "
+                                f"{self.src_lang}-{self.tgt_lang}"
+                            )
         if self.source == "wmt14":
             pair = {self.src_lang, self.tgt_lang}
             if "en" not in pair or not (pair - {"en"}) <= WMT14_PAIRS:
@@ -72,36 +135,69 @@ class DataParams(_Section):
 
 
 class CleanParams(_Section):
+    # Normalisation, applied to every split.
     unicode_form: Literal["NFC", "NFKC"] = "NFC"
-    min_chars: int = Field(1, ge=1)
-    max_chars: int = Field(1000, ge=1)
-    max_words: int = Field(250, ge=1)
-    max_length_ratio: float = Field(3.0, gt=1.0)
+    strip_html: bool = True  # unescape HTML entities, then remove tags
+    moses_punct: bool = True  # sacremoses' MosesPunctNormalizer, with each side's language
+
+    # Filters, applied to the training split only; each has its own reject reason (in brackets).
+    min_chars: int = Field(1, ge=1)  # [too_short_chars] either side shorter, in characters
+    max_chars: int = Field(1000, ge=1)  # [too_long_chars]
+    min_words: int = Field(1, ge=1)  # [too_short_words] either side with fewer words
+    max_words: int = Field(250, ge=1)  # [too_long_words]
+    max_length_ratio: float = Field(3.0, gt=1.0)  # [length_ratio] longer/shorter side in characters
     # The ratio filter is unreliable on very short segments ("Yes." / "Ja, gerne."), so it only applies above this.
     ratio_min_chars: int = Field(10, ge=0)
-    deduplicate: bool = True
+    reject_copies: bool = True  # [source_equals_target]
+    # [garbled] either side whose letters are below this share of its non-space characters; 0 switches it off.
+    min_letter_share: float = Field(0.5, ge=0.0, le=1.0)
+    # [wrong_script] either side whose letters are below this share in its language's script (Latin for en/de,
+    # Cyrillic for ru, ...); 0 switches it off. Languages without a known script are not checked.
+    min_script_share: float = Field(0.9, ge=0.0, le=1.0)
+    remove_eval_overlap: bool = True  # [overlaps_eval] the pair also occurs in a valid or test split
+    deduplicate: bool = True  # [duplicate] an earlier training pair is identical (after normalisation)
+    # [wrong_language] py3langid (its model ships in the wheel) on each side; off by default for its cost.
+    language_id: bool = False
+    # Sides shorter than this are not language-checked: on a few words a detector mostly guesses.
+    language_id_min_chars: int = Field(20, ge=1)
+    # The languages the detector chooses among, besides src_lang and tgt_lang (fewer is faster).
+    language_id_candidates: list[str] = Field(
+        default_factory=lambda: ["cs", "de", "en", "es", "fr", "hi", "it", "nl", "pl", "pt", "ru", "tr", "zh"]
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> CleanParams:
         if self.min_chars > self.max_chars:
             raise ValueError(f"min_chars ({self.min_chars}) is larger than max_chars ({self.max_chars})")
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words ({self.min_words}) is larger than max_words ({self.max_words})")
         return self
 
 
 class ValidateParams(_Section):
     min_rows: int = Field(1, ge=1)
-    # Share of rows allowed outside the soft bounds before the suite fails.
+    # Share of rows allowed outside the soft bounds (lengths, ratio, letter and script shares) before the suite fails.
     mostly: float = Field(1.0, ge=0.0, le=1.0)
+    # Language check: py3langid on a seeded sample of this many training rows (0 switches it off); the suite fails
+    # when fewer than `min_language_match` of the sampled sides are in the expected language (swapped columns,
+    # a corpus in the wrong language). Sides shorter than clean.language_id_min_chars are not sampled.
+    language_sample: int = Field(2000, ge=0)
+    min_language_match: float = Field(0.9, ge=0.0, le=1.0)
+    seed: int = Field(1, ge=0)
 
 
 class TokenizeParams(_Section):
     model_type: Literal["unigram", "bpe"] = "unigram"
+    # One SentencePiece model and vocabulary for both languages (shared, tied embeddings), or one per side.
+    joint: bool = True
     vocab_size: int = Field(8000, ge=100, le=65000)
     character_coverage: float = Field(1.0, gt=0.9, le=1.0)
     byte_fallback: bool = True
     input_sentence_size: int = Field(2_000_000, ge=1000)
     threads: int | Literal["auto"] = 2
     seed: int = Field(1, ge=0)
+    # Training pairs with a side longer than train.max_len tokens: truncated by the trainer, or left out here.
+    overlong: Literal["truncate", "drop"] = "truncate"
 
 
 # Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017.

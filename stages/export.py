@@ -1,19 +1,35 @@
-"""export: the trained model as ONNX (and legacy TorchScript) graphs, gated by a parity check against PyTorch.
+"""export: the trained model as ONNX graphs with a KV cache (plus int8, legacy TorchScript and CTranslate2 options),
+gated by a parity check against PyTorch.
 
-Two graphs per format, so a runtime without transformers can translate with a small greedy or beam loop:
+ONNX (`export.onnx`), the format `mtpipe translate` runs (see pipeline/translate.py for the runtime):
 
-    encoder(input_ids, attention_mask) -> last_hidden_state
-    decoder(decoder_input_ids, encoder_hidden_states, encoder_attention_mask) -> logits
+    encoder.onnx  input_ids, attention_mask -> last_hidden_state, cross_keys, cross_values
+    decoder.onnx  decoder_input_ids, encoder_attention_mask, self_keys, self_values, cross_keys, cross_values
+                  -> logits, present_self_keys, present_self_values
 
-The decoder has no KV cache yet: every step feeds the full target prefix. Batch size and both sequence lengths are
-dynamic. `models/export` also gets the tokenizer files, config.json, generation_config.json and an `export.json`
-manifest, so it is self-contained: nothing from `models/final` is needed to translate with it.
+Caches are (layers, batch, heads, length, head_dim). The encoder computes every decoder layer's cross-attention
+keys and values once; the decoder appends the new tokens' self-attention keys and values to the ones it is given,
+so a step costs O(length) instead of re-running the prefix. The cached decoder is a small module written here over
+the model's own layers (projections, layer norms, feed-forward), not transformers' Cache objects: its inputs and
+outputs are plain tensors, which exports cleanly and does not move with transformers' cache API. Batch, source
+length, cache length and new-token length are all dynamic (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`).
+
+Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (onnxruntime dynamic quantisation of the
+weights); `export.torchscript` traces the encoder and an uncached decoder (legacy: torch deprecates TorchScript);
+`export.ctranslate2` converts the model to a CTranslate2 directory (`pip install mtpipe[ct2]`). `models/export`
+also gets the tokenizer files, config.json, generation_config.json and an `export.json` manifest, so it is
+self-contained.
 
 The parity gate runs on the first `export.parity_sentences` pairs of the first test split, against the model as
-PyTorch runs it: (a) encoder hidden states and (b) teacher-forced decoder logits, max abs diff <=
-`export.max_logit_diff` for each exported format; (c) greedy decoding with ONNX Runtime gives token-identical output
-to `model.generate` on at least `export.min_identical` of the sentences. A failed gate raises `ParityFailed` and
-leaves any previous `models/export` in place, because the directory is only renamed into place after the gate.
+PyTorch runs it, and fails the stage (`ParityFailed`, nothing published) unless
+  - every fp32 graph's outputs are within `export.max_logit_diff` (max abs) of PyTorch: encoder states and cross
+    caches, teacher-forced decoder logits fed the whole prefix at once, the same fed one token at a time through the
+    cache, and end to end (ONNX encoder into ONNX decoder);
+  - greedy decoding with ONNX Runtime through the cache gives token-identical output to `model.generate` for at
+    least `export.min_identical` of the sentences, never emits <pad>, and its corpus BLEU is within
+    `export.max_bleu_delta` of PyTorch's.
+The int8 graphs and CTranslate2 are reported (identical share, BLEU and its delta), not gated: quantisation is
+expected to change some outputs. Figures go to `metrics/export.json`.
 """
 
 from __future__ import annotations
@@ -32,26 +48,40 @@ import numpy as np
 
 from pipeline.artifacts import Paths, atomic_path, test_splits, write_json
 from pipeline.corpus import read_pairs
-from pipeline.errors import MissingArtifact, ParityFailed
+from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed
 from pipeline.params import Params
+from pipeline.translate import (
+    DECODER_INPUTS,
+    DECODER_OUTPUTS,
+    ENCODER_INPUTS,
+    ENCODER_OUTPUTS,
+    MANIFEST,
+    ONNX_FILES,
+    ONNX_INT8_FILES,
+    OnnxSeq2Seq,
+    SpecialIds,
+    beam_search,
+    pad_batch,
+    strip_hypothesis,
+)
 
 log = logging.getLogger("mtpipe.export")
 
-ENCODER_INPUTS = ("input_ids", "attention_mask")
-ENCODER_OUTPUTS = ("last_hidden_state",)
-DECODER_INPUTS = ("decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask")
-DECODER_OUTPUTS = ("logits",)
 GRAPHS = ("encoder", "decoder")
-FILE_NAMES = {
-    "onnx": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
-    "torchscript": {"encoder": "encoder.ts.pt", "decoder": "decoder.ts.pt"},
+TORCHSCRIPT_FILES = {"encoder": "encoder.ts.pt", "decoder": "decoder.ts.pt"}
+# The legacy TorchScript graphs have no cache: the decoder takes the whole prefix and the encoder states.
+TORCHSCRIPT_INPUTS = {
+    "encoder": ["input_ids", "attention_mask"],
+    "decoder": ["decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask"],
 }
+TORCHSCRIPT_OUTPUTS = {"encoder": ["last_hidden_state"], "decoder": ["logits"]}
+CTRANSLATE2_DIR = "ctranslate2"
 # Files of models/final that are the PyTorch weights; everything else (tokenizer, configs) is copied.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
 ORT_THREADS = 2
 # Parity sentences are run in batches of this many (padded), which bounds the teacher-forced logits' memory.
 PARITY_BATCH = 16
-MANIFEST = "export.json"
+MANIFEST_VERSION = 2
 
 
 # --------------------------------------------------------------------------------------------------- wrappers
@@ -60,10 +90,23 @@ MANIFEST = "export.json"
 @functools.cache
 def _wrapper_classes() -> dict[str, type]:
     """The wrapper classes, defined on first use so that importing this module does not import torch."""
+    import torch
     from torch import nn
 
+    def split_heads(states: Any, head_dim: int) -> Any:
+        """(batch, length, d_model) -> (batch, heads, length, head_dim)."""
+        batch, length, _ = states.shape
+        return states.view(batch, length, -1, head_dim).transpose(1, 2)
+
+    def attend(attention: Any, hidden: Any, keys: Any, values: Any, bias: Any, head_dim: int) -> Any:
+        """MarianAttention's output for queries from `hidden` over given keys/values, with an additive mask."""
+        query = split_heads(attention.q_proj(hidden), head_dim)
+        weights = torch.softmax(torch.matmul(query, keys.transpose(2, 3)) * attention.scaling + bias, dim=-1)
+        out = torch.matmul(weights, values).transpose(1, 2)
+        return attention.out_proj(out.reshape(out.shape[0], out.shape[1], -1))
+
     class EncoderForExport(nn.Module):
-        """input_ids, attention_mask -> last_hidden_state."""
+        """input_ids, attention_mask -> last_hidden_state (the legacy TorchScript encoder)."""
 
         def __init__(self, model: Any):
             super().__init__()
@@ -73,7 +116,7 @@ def _wrapper_classes() -> dict[str, type]:
             return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
     class DecoderForExport(nn.Module):
-        """decoder_input_ids, encoder_hidden_states, encoder_attention_mask -> logits (no cache)."""
+        """decoder_input_ids, encoder_hidden_states, encoder_attention_mask -> logits (no cache; legacy)."""
 
         def __init__(self, model: Any):
             super().__init__()
@@ -91,39 +134,124 @@ def _wrapper_classes() -> dict[str, type]:
             ).last_hidden_state
             return self.lm_head(hidden) + self.final_logits_bias
 
-    return {"EncoderForExport": EncoderForExport, "DecoderForExport": DecoderForExport}
+    class EncoderWithCrossCache(nn.Module):
+        """input_ids, attention_mask -> last_hidden_state, cross_keys, cross_values.
+
+        The cross-attention keys and values depend only on the encoder states, so they are computed here, once
+        per sentence, instead of at every decoding step.
+        """
+
+        def __init__(self, model: Any):
+            super().__init__()
+            self.encoder = model.get_encoder()
+            self.decoder_layers = model.get_decoder().layers
+            self.head_dim = model.config.d_model // model.config.decoder_attention_heads
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, Any]:
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            keys = [split_heads(layer.encoder_attn.k_proj(hidden), self.head_dim) for layer in self.decoder_layers]
+            values = [split_heads(layer.encoder_attn.v_proj(hidden), self.head_dim) for layer in self.decoder_layers]
+            return hidden, torch.stack(keys), torch.stack(values)
+
+    class CachedDecoder(nn.Module):
+        """One decoder pass over `new_len` tokens that follow `past_len` cached ones -> logits and extended cache.
+
+        The Marian decoder layer, post-norm, written out over the model's modules: self-attention over
+        cache + new tokens (causal), cross-attention over the precomputed encoder keys/values (source padding
+        masked), feed-forward. Equal to MarianMTModel's decoder within float rounding (the parity gate checks it).
+        """
+
+        def __init__(self, model: Any):
+            super().__init__()
+            decoder = model.get_decoder()
+            self.embed_tokens = decoder.embed_tokens
+            self.embed_scale = decoder.embed_scale
+            self.embed_positions = decoder.embed_positions
+            self.layers = decoder.layers
+            self.lm_head = model.lm_head
+            self.register_buffer("final_logits_bias", model.final_logits_bias.detach().clone())
+            self.head_dim = model.config.d_model // model.config.decoder_attention_heads
+
+        def forward(
+            self,
+            decoder_input_ids: Any,
+            encoder_attention_mask: Any,
+            self_keys: Any,
+            self_values: Any,
+            cross_keys: Any,
+            cross_values: Any,
+        ) -> tuple[Any, Any, Any]:
+            past_len, new_len = self_keys.shape[3], decoder_input_ids.shape[1]
+            positions = torch.arange(new_len, device=decoder_input_ids.device) + past_len
+            hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
+            hidden = hidden + self.embed_positions.weight[positions]
+            lowest = torch.finfo(hidden.dtype).min
+            # New token i (at position past_len + i) sees cached and new tokens up to its own position.
+            key_positions = torch.arange(past_len + new_len, device=decoder_input_ids.device)
+            future = key_positions[None, :] > positions[:, None]
+            self_bias = torch.zeros(future.shape, dtype=hidden.dtype, device=hidden.device).masked_fill(future, lowest)
+            cross_bias = (1.0 - encoder_attention_mask[:, None, None, :].to(hidden.dtype)) * lowest
+
+            present_keys, present_values = [], []
+            for i, layer in enumerate(self.layers):
+                attention = layer.self_attn
+                keys = torch.cat([self_keys[i], split_heads(attention.k_proj(hidden), self.head_dim)], dim=2)
+                values = torch.cat([self_values[i], split_heads(attention.v_proj(hidden), self.head_dim)], dim=2)
+                present_keys.append(keys)
+                present_values.append(values)
+                hidden = layer.self_attn_layer_norm(
+                    hidden + attend(attention, hidden, keys, values, self_bias, self.head_dim)
+                )
+                hidden = layer.encoder_attn_layer_norm(
+                    hidden + attend(layer.encoder_attn, hidden, cross_keys[i], cross_values[i], cross_bias,
+                                    self.head_dim)
+                )
+                hidden = layer.final_layer_norm(hidden + layer.fc2(layer.activation_fn(layer.fc1(hidden))))
+            logits = self.lm_head(hidden) + self.final_logits_bias
+            return logits, torch.stack(present_keys), torch.stack(present_values)
+
+    return {
+        "EncoderForExport": EncoderForExport,
+        "DecoderForExport": DecoderForExport,
+        "EncoderWithCrossCache": EncoderWithCrossCache,
+        "CachedDecoder": CachedDecoder,
+    }
 
 
 def __getattr__(name: str) -> Any:
-    # `from stages.export import EncoderForExport` works; torch is imported only then.
-    if name in ("EncoderForExport", "DecoderForExport"):
+    # `from stages.export import CachedDecoder` works; torch is imported only then.
+    if name in ("EncoderForExport", "DecoderForExport", "EncoderWithCrossCache", "CachedDecoder"):
         return _wrapper_classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def export_wrappers(model: Any) -> tuple[Any, Any]:
-    """(EncoderForExport, DecoderForExport) around a loaded model, in eval mode."""
+    """(EncoderWithCrossCache, CachedDecoder) around a loaded model, in eval mode: the ONNX graphs' modules."""
+    classes = _wrapper_classes()
+    return classes["EncoderWithCrossCache"](model).eval(), classes["CachedDecoder"](model).eval()
+
+
+def legacy_wrappers(model: Any) -> tuple[Any, Any]:
+    """(EncoderForExport, DecoderForExport): the uncached modules traced to TorchScript."""
     classes = _wrapper_classes()
     return classes["EncoderForExport"](model).eval(), classes["DecoderForExport"](model).eval()
+
+
+def empty_cache(model: Any, batch: int) -> Any:
+    """A (layers, batch, heads, 0, head_dim) cache: what the first decoding step is given."""
+    import torch
+
+    cfg = model.config
+    heads = cfg.decoder_attention_heads
+    return torch.zeros(cfg.decoder_layers, batch, heads, 0, cfg.d_model // heads)
 
 
 # --------------------------------------------------------------------------------------------------- inputs
 
 
-def _pad(rows: list[list[int]], pad_id: int, length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad id lists into (ids, mask) int64 arrays."""
-    length = length or max(len(r) for r in rows)
-    ids = np.full((len(rows), length), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), length), dtype=np.int64)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = row
-        mask[i, : len(row)] = 1
-    return ids, mask
-
-
 def _teacher_forced_inputs(targets: list[list[int]], start_id: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Decoder inputs (start token + reference minus its last token) and a mask of the real positions."""
-    return _pad([[start_id, *t[:-1]] for t in targets], pad_id)
+    return pad_batch([[start_id, *t[:-1]] for t in targets], pad_id)
 
 
 def _example_inputs(sources: list[list[int]], targets: list[list[int]], start_id: int, pad_id: int) -> dict:
@@ -136,8 +264,10 @@ def _example_inputs(sources: list[list[int]], targets: list[list[int]], start_id
 
     src = [sources[i % len(sources)] for i in range(2)]
     tgt = [targets[i % len(targets)] for i in range(2)]
-    ids, mask = _pad(src, pad_id, length=max(len(s) for s in src) + 1)
-    dec_ids, _ = _pad([[start_id, *t[:2]] for t in tgt], pad_id, length=3)
+    longest = max(len(s) for s in src) + 1
+    ids, mask = pad_batch([s + [pad_id] * (longest - len(s)) for s in src], pad_id)
+    mask = (ids != pad_id).astype(np.int64)
+    dec_ids, _ = pad_batch([[start_id, *t[:2]] + [pad_id] * (2 - len(t[:2])) for t in tgt], pad_id)
     return {
         "input_ids": torch.from_numpy(ids),
         "attention_mask": torch.from_numpy(mask),
@@ -171,16 +301,26 @@ def _quiet_export() -> Iterator[None]:
                 logger.setLevel(levels[name])
 
 
-def export_onnx(encoder: Any, decoder: Any, example: dict, out: Path, opset: int, max_positions: int) -> dict:
-    """Write encoder.onnx and decoder.onnx (weights inside, dynamic batch and lengths); returns seconds per graph."""
+def export_onnx(model: Any, example: dict, out: Path, opset: int) -> dict[str, float]:
+    """Write encoder.onnx and decoder.onnx (weights inside, every batch/length dim dynamic); seconds per graph."""
     import onnx
     import torch
 
+    encoder, decoder = export_wrappers(model)
+    max_positions = model.config.max_position_embeddings
     batch = torch.export.Dim("batch")
     src_len = torch.export.Dim("src_len", max=max_positions)
-    tgt_len = torch.export.Dim("tgt_len", max=max_positions)
+    past_len = torch.export.Dim("past_len", max=max_positions)
+    new_len = torch.export.Dim("new_len", max=max_positions)
     with torch.no_grad():
-        hidden = encoder(example["input_ids"], example["attention_mask"])
+        _, cross_keys, cross_values = encoder(example["input_ids"], example["attention_mask"])
+    # A cache of length 3 for 2 new tokens: neither is 0 or 1, which torch.export would specialise. Keys and values
+    # must be distinct tensors: the exporter merges inputs that are the same object into one graph input.
+    generator = torch.Generator().manual_seed(0)
+    past_shape = (*cross_keys.shape[:3], 3, cross_keys.shape[4])
+    past_keys = torch.randn(past_shape, generator=generator)
+    past_values = torch.randn(past_shape, generator=generator)
+    cache_dims = {1: batch, 3: past_len}
     jobs = {
         "encoder": (
             encoder,
@@ -191,19 +331,23 @@ def export_onnx(encoder: Any, decoder: Any, example: dict, out: Path, opset: int
         ),
         "decoder": (
             decoder,
-            (example["decoder_input_ids"], hidden, example["attention_mask"]),
+            (example["decoder_input_ids"], example["attention_mask"], past_keys, past_values, cross_keys,
+             cross_values),
             DECODER_INPUTS,
             DECODER_OUTPUTS,
             {
-                "decoder_input_ids": {0: batch, 1: tgt_len},
-                "encoder_hidden_states": {0: batch, 1: src_len},
+                "decoder_input_ids": {0: batch, 1: new_len},
                 "encoder_attention_mask": {0: batch, 1: src_len},
+                "self_keys": cache_dims,
+                "self_values": cache_dims,
+                "cross_keys": {1: batch, 3: src_len},
+                "cross_values": {1: batch, 3: src_len},
             },
         ),
     }
     seconds = {}
     for graph, (module, args, input_names, output_names, dynamic_shapes) in jobs.items():
-        path = out / FILE_NAMES["onnx"][graph]
+        path = out / ONNX_FILES[graph]
         log.info("exporting the %s to ONNX (opset %d)", graph, opset)
         start = time.perf_counter()
         with _quiet_export(), torch.no_grad():
@@ -224,11 +368,23 @@ def export_onnx(encoder: Any, decoder: Any, example: dict, out: Path, opset: int
     return seconds
 
 
-def export_torchscript(encoder: Any, decoder: Any, example: dict, out: Path) -> dict:
-    """Write encoder.ts.pt and decoder.ts.pt with torch.jit.trace; returns seconds per graph."""
+def quantize_int8(out: Path) -> float:
+    """encoder.int8.onnx and decoder.int8.onnx: int8 weights, activations quantised at run time; returns seconds."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    start = time.perf_counter()
+    for graph in GRAPHS:
+        log.info("quantising the %s to int8 (dynamic)", graph)
+        quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8)
+    return round(time.perf_counter() - start, 2)
+
+
+def export_torchscript(model: Any, example: dict, out: Path) -> dict[str, float]:
+    """Write encoder.ts.pt and decoder.ts.pt (uncached) with torch.jit.trace; returns seconds per graph."""
     import torch
 
-    log.info("TorchScript is deprecated in torch (torch.export replaces it); it is kept as a legacy export format")
+    log.warning("TorchScript is deprecated in torch (torch.export replaces it); it is kept as a legacy export format")
+    encoder, decoder = legacy_wrappers(model)
     with torch.no_grad():
         hidden = encoder(example["input_ids"], example["attention_mask"])
     jobs = {
@@ -241,9 +397,27 @@ def export_torchscript(encoder: Any, decoder: Any, example: dict, out: Path) -> 
         start = time.perf_counter()
         with _quiet_export(), torch.no_grad():
             traced = torch.jit.trace(module, args)
-            traced.save(str(out / FILE_NAMES["torchscript"][graph]))
+            traced.save(str(out / TORCHSCRIPT_FILES[graph]))
         seconds[graph] = round(time.perf_counter() - start, 2)
     return seconds
+
+
+def convert_ctranslate2(final_model: Path, out: Path, quantization: str) -> float:
+    """A CTranslate2 model directory converted from the save_pretrained directory; returns seconds.
+
+    CTranslate2 drops the last embedding row (<pad>) and starts decoding from a zero vector, which matches the
+    trained model because training keeps the <pad> row at zero (see stages/train/loop.py).
+    """
+    try:
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        raise OptionalDependencyMissing(
+            "ctranslate2", "export.ctranslate2 is true", "pip install 'mtpipe[ct2]'"
+        ) from None
+    log.info("converting to CTranslate2 (%s)", quantization)
+    start = time.perf_counter()
+    TransformersConverter(str(final_model)).convert(str(out), quantization=quantization)
+    return round(time.perf_counter() - start, 2)
 
 
 def copy_model_files(final_model: Path, out: Path) -> list[str]:
@@ -256,70 +430,7 @@ def copy_model_files(final_model: Path, out: Path) -> list[str]:
     return copied
 
 
-# --------------------------------------------------------------------------------------------------- runtimes
-
-
-def ort_session(path: Path) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = ORT_THREADS
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-class OrtModel:
-    """The two ONNX sessions with the same call signatures as the wrappers, on numpy arrays."""
-
-    def __init__(self, encoder_path: Path, decoder_path: Path):
-        self.encoder = ort_session(encoder_path)
-        self.decoder = ort_session(decoder_path)
-
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        return self.encoder.run(None, dict(zip(ENCODER_INPUTS, (input_ids, attention_mask), strict=True)))[0]
-
-    def decode(self, decoder_input_ids: np.ndarray, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        feeds = dict(zip(DECODER_INPUTS, (decoder_input_ids, hidden, attention_mask), strict=True))
-        return self.decoder.run(None, feeds)[0]
-
-
-def ort_greedy(
-    runtime: OrtModel,
-    input_ids: np.ndarray,
-    attention_mask: np.ndarray,
-    *,
-    start_id: int,
-    eos_id: int,
-    pad_id: int,
-    max_new_tokens: int,
-) -> list[list[int]]:
-    """Batched greedy decoding as `generate(num_beams=1)` does it for Marian: <pad> is never emitted, </s> is
-    forced at the last step, finished rows are padded. No KV cache: the whole prefix is fed at every step.
-    Returns each sentence's ids up to and including </s>."""
-    hidden = runtime.encode(input_ids, attention_mask)
-    batch = input_ids.shape[0]
-    tokens = np.full((batch, 1), start_id, dtype=np.int64)
-    finished = np.zeros(batch, dtype=bool)
-    for step in range(max_new_tokens):
-        logits = runtime.decode(tokens, hidden, attention_mask)[:, -1, :]
-        logits[:, pad_id] = -np.inf
-        next_ids = logits.argmax(axis=-1)
-        if step == max_new_tokens - 1:
-            next_ids[:] = eos_id
-        next_ids = np.where(finished, pad_id, next_ids)
-        tokens = np.concatenate([tokens, next_ids[:, None]], axis=1)
-        finished |= next_ids == eos_id
-        if finished.all():
-            break
-    return [_strip(row[1:].tolist(), eos_id, pad_id) for row in tokens]
-
-
-def _strip(ids: list[int], eos_id: int, pad_id: int) -> list[int]:
-    """A hypothesis up to and including its first </s>, without padding."""
-    if eos_id in ids:
-        ids = ids[: ids.index(eos_id) + 1]
-    return [t for t in ids if t != pad_id]
+# --------------------------------------------------------------------------------------------------- parity
 
 
 def max_new_tokens(params: Params, src_len: int, max_positions: int) -> int:
@@ -327,13 +438,42 @@ def max_new_tokens(params: Params, src_len: int, max_positions: int) -> int:
     return max(1, min(int(params.evaluate.max_len_a * src_len + params.evaluate.max_len_b), max_positions - 1))
 
 
-# --------------------------------------------------------------------------------------------------- parity
-
-
 def _max_diff(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
     """Max abs difference over the real (unpadded) positions of (batch, length, dim) arrays."""
     keep = mask.astype(bool)
     return float(np.abs(a[keep] - b[keep]).max()) if keep.any() else 0.0
+
+
+def _max_cache_diff(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
+    """Max abs difference over the real source positions of (layers, batch, heads, src_len, head_dim) caches."""
+    keep = mask.astype(bool)
+    return float(np.abs(a - b).transpose(1, 3, 0, 2, 4)[keep].max()) if keep.any() else 0.0
+
+
+def _cached_logits(runtime: OnnxSeq2Seq, dec_ids: np.ndarray, mask: np.ndarray, keys: np.ndarray,
+                   values: np.ndarray) -> np.ndarray:
+    """Teacher-forced logits computed one token at a time through the decoder's cache."""
+    self_keys, self_values = runtime.empty_cache(len(dec_ids)), runtime.empty_cache(len(dec_ids))
+    steps = []
+    for t in range(dec_ids.shape[1]):
+        logits, self_keys, self_values = runtime.decode(dec_ids[:, t : t + 1], mask, self_keys, self_values, keys,
+                                                        values)
+        steps.append(logits)
+    return np.concatenate(steps, axis=1)
+
+
+def _agreement(reference: list[list[int]], hyps: list[list[int]], bleu_reference: float, decode: Any,
+               references: list[str]) -> dict[str, Any]:
+    """How a runtime's greedy outputs compare with PyTorch's: identical share, corpus BLEU and its delta."""
+    import sacrebleu
+
+    identical = sum(a == b for a, b in zip(reference, hyps, strict=True))
+    bleu = round(sacrebleu.corpus_bleu(decode(hyps), [references]).score, 2)
+    return {
+        "identical_share": round(identical / len(reference), 4),
+        "bleu": bleu,
+        "bleu_delta": round(bleu - bleu_reference, 2),
+    }
 
 
 def check_parity(
@@ -350,37 +490,64 @@ def check_parity(
     import torch
 
     cfg = model.config
-    pad_id, eos_id, start_id = cfg.pad_token_id, cfg.eos_token_id, cfg.decoder_start_token_id
-    formats = [f for f in ("onnx", "torchscript") if getattr(params.export, f)]
-    runtimes: dict[str, Any] = {}
-    if "onnx" in formats:
-        runtimes["onnx"] = OrtModel(*(out / FILE_NAMES["onnx"][g] for g in GRAPHS))
-    if "torchscript" in formats:
+    ids_of = SpecialIds(start=cfg.decoder_start_token_id, eos=cfg.eos_token_id, pad=cfg.pad_token_id)
+    settings = params.export
+    runtimes: dict[str, OnnxSeq2Seq] = {}
+    if settings.onnx:
+        runtimes["onnx"] = OnnxSeq2Seq(out / ONNX_FILES["encoder"], out / ONNX_FILES["decoder"], ORT_THREADS)
+        if settings.int8:
+            runtimes["onnx_int8"] = OnnxSeq2Seq(
+                out / ONNX_INT8_FILES["encoder"], out / ONNX_INT8_FILES["decoder"], ORT_THREADS
+            )
+    torchscript = None
+    if settings.torchscript:
         with _quiet_export():
-            runtimes["torchscript"] = tuple(torch.jit.load(str(out / FILE_NAMES["torchscript"][g])) for g in GRAPHS)
+            torchscript = tuple(torch.jit.load(str(out / TORCHSCRIPT_FILES[g])) for g in GRAPHS)
+    ct2 = None
+    if settings.ctranslate2:
+        import ctranslate2
 
-    diffs = {f: {"encoder": 0.0, "decoder": 0.0} for f in formats}
-    hyps: dict[str, list[list[int]]] = {"pytorch": [], "onnx": []}
+        ct2 = ctranslate2.Translator(str(out / CTRANSLATE2_DIR), device="cpu", inter_threads=1,
+                                     intra_threads=ORT_THREADS)
+    reference_encoder, _ = export_wrappers(model)
+
+    diff_names = {
+        "onnx": ("encoder", "decoder", "decoder_cached", "end_to_end"),
+        "torchscript": ("encoder", "decoder"),
+    }
+    diffs = {fmt: dict.fromkeys(names, 0.0) for fmt, names in diff_names.items()}
+    hyps: dict[str, list[list[int]]] = {name: [] for name in ("pytorch", *runtimes, *(["ctranslate2"] if ct2 else []))}
     for start in range(0, len(sources), PARITY_BATCH):
-        ids, mask = _pad(sources[start : start + PARITY_BATCH], pad_id)
-        dec_ids, dec_mask = _teacher_forced_inputs(targets[start : start + PARITY_BATCH], start_id, pad_id)
+        ids, mask = pad_batch(sources[start : start + PARITY_BATCH], ids_of.pad)
+        dec_ids, dec_mask = _teacher_forced_inputs(targets[start : start + PARITY_BATCH], ids_of.start, ids_of.pad)
         t_ids, t_mask, t_dec = (torch.from_numpy(a) for a in (ids, mask, dec_ids))
         with torch.no_grad():
-            ref_hidden = model.get_encoder()(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
+            ref_hidden, ref_keys, ref_values = (x.numpy() for x in reference_encoder(t_ids, t_mask))
             ref_logits = model(input_ids=t_ids, attention_mask=t_mask, decoder_input_ids=t_dec).logits.numpy()
-        # Each runtime's decoder gets PyTorch's encoder states, so (b) measures the decoder graph alone.
-        for fmt, runtime in runtimes.items():
-            if fmt == "onnx":
-                hidden = runtime.encode(ids, mask)
-                logits = runtime.decode(dec_ids, ref_hidden.numpy(), mask)
-            else:
-                with torch.no_grad():
-                    hidden = runtime[0](t_ids, t_mask).numpy()
-                    logits = runtime[1](t_dec, ref_hidden, t_mask).numpy()
-            diffs[fmt]["encoder"] = max(diffs[fmt]["encoder"], _max_diff(hidden, ref_hidden.numpy(), mask))
-            diffs[fmt]["decoder"] = max(diffs[fmt]["decoder"], _max_diff(logits, ref_logits, dec_mask))
 
         if "onnx" in runtimes:
+            runtime, d = runtimes["onnx"], diffs["onnx"]
+            hidden, keys, values = runtime.encode(ids, mask)
+            d["encoder"] = max(d["encoder"], _max_diff(hidden, ref_hidden, mask),
+                               _max_cache_diff(keys, ref_keys, mask), _max_cache_diff(values, ref_values, mask))
+            # The decoder is fed PyTorch's cross caches, so these two measure the decoder graph alone.
+            empty = runtime.empty_cache(len(ids))
+            logits = runtime.decode(dec_ids, mask, empty, empty, ref_keys, ref_values)[0]
+            d["decoder"] = max(d["decoder"], _max_diff(logits, ref_logits, dec_mask))
+            logits = _cached_logits(runtime, dec_ids, mask, ref_keys, ref_values)
+            d["decoder_cached"] = max(d["decoder_cached"], _max_diff(logits, ref_logits, dec_mask))
+            logits = runtime.decode(dec_ids, mask, empty, empty, keys, values)[0]
+            d["end_to_end"] = max(d["end_to_end"], _max_diff(logits, ref_logits, dec_mask))
+        if torchscript is not None:
+            d = diffs["torchscript"]
+            with torch.no_grad():
+                hidden = torchscript[0](t_ids, t_mask).numpy()
+                logits = torchscript[1](t_dec, torch.from_numpy(ref_hidden), t_mask).numpy()
+            d["encoder"] = max(d["encoder"], _max_diff(hidden, ref_hidden, mask))
+            d["decoder"] = max(d["decoder"], _max_diff(logits, ref_logits, dec_mask))
+
+        if len(hyps) > 1:
+            # One length limit for the whole batch, as generate applies it, so both sides decode the same way.
             limit = max_new_tokens(params, ids.shape[1], cfg.max_position_embeddings)
             with torch.no_grad():
                 generated = model.generate(
@@ -389,32 +556,47 @@ def check_parity(
                     num_beams=1,
                     do_sample=False,
                     max_new_tokens=limit,
-                    bad_words_ids=[[pad_id]],
-                    forced_eos_token_id=eos_id,
-                    decoder_start_token_id=start_id,
-                    eos_token_id=eos_id,
-                    pad_token_id=pad_id,
+                    bad_words_ids=[[ids_of.pad]],
+                    forced_eos_token_id=ids_of.eos,
+                    decoder_start_token_id=ids_of.start,
+                    eos_token_id=ids_of.eos,
+                    pad_token_id=ids_of.pad,
                 )
-            hyps["pytorch"] += [_strip(row[1:].tolist(), eos_id, pad_id) for row in generated]
-            hyps["onnx"] += ort_greedy(
-                runtimes["onnx"], ids, mask, start_id=start_id, eos_id=eos_id, pad_id=pad_id, max_new_tokens=limit
-            )
+            hyps["pytorch"] += [strip_hypothesis(row[1:].tolist(), ids_of.eos, ids_of.pad) for row in generated]
+            for name, runtime in runtimes.items():
+                hyps[name] += beam_search(runtime, ids, mask, beam=1, max_new_tokens=[limit] * len(ids), ids=ids_of)
+            if ct2 is not None:
+                hyps["ctranslate2"] += _ct2_greedy(ct2, tokenizer, sources[start : start + PARITY_BATCH], limit,
+                                                   ids_of.eos)
 
     report: dict[str, Any] = {"n_sentences": len(sources)}
-    for fmt in formats:
-        report[fmt] = {f"{g}_max_abs_diff": diffs[fmt][g] for g in GRAPHS}
+    for fmt in ("onnx", "torchscript"):
+        if fmt in runtimes or (fmt == "torchscript" and torchscript is not None):
+            report[fmt] = {f"{name}_max_abs_diff": value for name, value in diffs[fmt].items()}
+
+    def decode(rows: list[list[int]]) -> list[str]:
+        return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
     if "onnx" in runtimes:
-        identical = sum(a == b for a, b in zip(hyps["pytorch"], hyps["onnx"], strict=True))
-        report["identical_share"] = round(identical / len(sources), 4)
-        report["emitted_pad"] = any(pad_id in h for h in hyps["onnx"])
-        bleu = {
-            name: round(
-                sacrebleu.corpus_bleu(tokenizer.batch_decode(h, skip_special_tokens=True), [references]).score, 2
-            )
-            for name, h in hyps.items()
-        }
-        report["bleu"] = {**bleu, "delta": round(abs(bleu["onnx"] - bleu["pytorch"]), 2)}
+        pytorch_bleu = round(sacrebleu.corpus_bleu(decode(hyps["pytorch"]), [references]).score, 2)
+        onnx = _agreement(hyps["pytorch"], hyps["onnx"], pytorch_bleu, decode, references)
+        report["identical_share"] = onnx["identical_share"]
+        report["emitted_pad"] = any(ids_of.pad in h for h in hyps["onnx"])
+        report["bleu"] = {"pytorch": pytorch_bleu, "onnx": onnx["bleu"],
+                          "delta": round(abs(onnx["bleu"] - pytorch_bleu), 2)}
+    for name in ("onnx_int8", "ctranslate2"):
+        if name in hyps:
+            pytorch_bleu = round(sacrebleu.corpus_bleu(decode(hyps["pytorch"]), [references]).score, 2)
+            report[name] = _agreement(hyps["pytorch"], hyps[name], pytorch_bleu, decode, references)
     return report
+
+
+def _ct2_greedy(translator: Any, tokenizer: Any, sources: list[list[int]], limit: int, eos_id: int) -> list[list[int]]:
+    """CTranslate2 greedy outputs as ids ending in </s>, like the other runtimes' (it returns no end token)."""
+    tokens = [tokenizer.convert_ids_to_tokens(s) for s in sources]
+    # max_decoding_length counts the end token; the forced </s> of generate is the limit-th token.
+    results = translator.translate_batch(tokens, beam_size=1, max_decoding_length=limit)
+    return [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) + [eos_id] for r in results]
 
 
 def parity_failures(report: dict[str, Any], params: Params) -> list[str]:
@@ -422,16 +604,20 @@ def parity_failures(report: dict[str, Any], params: Params) -> list[str]:
     limit = params.export.max_logit_diff
     failures = []
     for fmt in ("onnx", "torchscript"):
-        for graph in GRAPHS:
-            value = report.get(fmt, {}).get(f"{graph}_max_abs_diff")
-            if value is not None and not value <= limit:  # `not <=` also catches NaN
-                failures.append(f"{fmt} {graph} max abs diff {value:.3g} > max_logit_diff {limit:.3g}")
+        for key, value in report.get(fmt, {}).items():
+            if key.endswith("_max_abs_diff") and not value <= limit:  # `not <=` also catches NaN
+                name = key.removesuffix("_max_abs_diff").replace("_", " ")
+                failures.append(f"{fmt} {name} max abs diff {value:.3g} > max_logit_diff {limit:.3g}")
     share = report.get("identical_share")
     if share is not None and share < params.export.min_identical:
         failures.append(
             f"onnx greedy outputs identical to PyTorch for {share:.2%} of {report['n_sentences']} sentences "
             f"< min_identical {params.export.min_identical:.2%}"
         )
+    delta = report.get("bleu", {}).get("delta")
+    if delta is not None and not delta <= params.export.max_bleu_delta:
+        failures.append(f"onnx greedy BLEU differs from PyTorch by {delta:.2f} > max_bleu_delta "
+                        f"{params.export.max_bleu_delta:.2f}")
     if report.get("emitted_pad"):
         failures.append("onnx greedy decoding emitted <pad>")
     return failures
@@ -464,10 +650,19 @@ def _parity_pairs(params: Params, paths: Paths) -> tuple[list[str], list[str]]:
 
 
 def _size_mb(path: Path) -> float:
+    if path.is_dir():
+        return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6, 3)
     return round(path.stat().st_size / 1e6, 3)
 
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
+    settings = params.export
+    if settings.ctranslate2:
+        # Fail before minutes of export, not after.
+        import importlib.util
+
+        if importlib.util.find_spec("ctranslate2") is None:
+            raise OptionalDependencyMissing("ctranslate2", "export.ctranslate2 is true", "pip install 'mtpipe[ct2]'")
     model, tokenizer = _load(paths)
     src_text, tgt_text = _parity_pairs(params, paths)
     cfg = model.config
@@ -475,44 +670,66 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     max_positions = cfg.max_position_embeddings
     sources = tokenizer(src_text, truncation=True, max_length=max_positions)["input_ids"]
     targets = tokenizer(text_target=tgt_text, truncation=True, max_length=max_positions)["input_ids"]
-
-    encoder, decoder = export_wrappers(model)
     example = _example_inputs(sources, targets, start_id, pad_id)
-    opset = params.export.opset
-    formats = [f for f in ("onnx", "torchscript") if getattr(params.export, f)]
     metrics: dict[str, Any] = {}
+    files: dict[str, Any] = {}
 
     with atomic_path(paths.export) as out:
         out.mkdir()
         copied = copy_model_files(paths.final_model, out)
-        export_seconds = {}
-        if params.export.onnx:
-            export_seconds["onnx"] = export_onnx(encoder, decoder, example, out, opset, max_positions)
-        if params.export.torchscript:
-            export_seconds["torchscript"] = export_torchscript(encoder, decoder, example, out)
+        timings: dict[str, Any] = {}
+        if settings.onnx:
+            timings["onnx"] = export_onnx(model, example, out, settings.opset)
+            files["onnx"] = dict(ONNX_FILES)
+            if settings.int8:
+                timings["onnx_int8"] = quantize_int8(out)
+                files["onnx_int8"] = dict(ONNX_INT8_FILES)
+        if settings.torchscript:
+            timings["torchscript"] = export_torchscript(model, example, out)
+            files["torchscript"] = dict(TORCHSCRIPT_FILES)
+        if settings.ctranslate2:
+            timings["ctranslate2"] = convert_ctranslate2(paths.final_model, out / CTRANSLATE2_DIR,
+                                                         settings.ctranslate2_quantization)
+            files["ctranslate2"] = CTRANSLATE2_DIR
 
-        if formats:
-            log.info("checking parity on %d sentences (%s)", len(sources), ", ".join(formats))
-            report = check_parity(model, tokenizer, out, params, sources, targets, tgt_text)
-            failures = parity_failures(report, params)
+        if files:
+            log.info("checking parity on %d sentences (%s)", len(sources), ", ".join(files))
+            metrics = check_parity(model, tokenizer, out, params, sources, targets, tgt_text)
+            failures = parity_failures(metrics, params)
             if failures:
                 raise ParityFailed("parity gate failed: " + "; ".join(failures))
-            metrics = report
-            for fmt in formats:
-                metrics[fmt]["export_seconds"] = export_seconds[fmt]
-                metrics[fmt]["size_mb"] = {g: _size_mb(out / FILE_NAMES[fmt][g]) for g in GRAPHS}
+            for fmt in ("onnx", "torchscript"):
+                if fmt in files:
+                    metrics[fmt]["export_seconds"] = timings[fmt]
+                    metrics[fmt]["size_mb"] = {g: _size_mb(out / files[fmt][g]) for g in GRAPHS}
+            if "onnx_int8" in files:
+                metrics["onnx_int8"]["quantize_seconds"] = timings["onnx_int8"]
+                metrics["onnx_int8"]["size_mb"] = {g: _size_mb(out / ONNX_INT8_FILES[g]) for g in GRAPHS}
+            if "ctranslate2" in files:
+                metrics["ctranslate2"]["convert_seconds"] = timings["ctranslate2"]
+                metrics["ctranslate2"]["quantization"] = settings.ctranslate2_quantization
+                metrics["ctranslate2"]["size_mb"] = _size_mb(out / CTRANSLATE2_DIR)
         metrics["thresholds"] = {
-            "max_logit_diff": params.export.max_logit_diff,
-            "min_identical": params.export.min_identical,
+            "max_logit_diff": settings.max_logit_diff,
+            "min_identical": settings.min_identical,
+            "max_bleu_delta": settings.max_bleu_delta,
         }
 
         manifest = {
-            "files": {fmt: FILE_NAMES[fmt] for fmt in formats},
+            "version": MANIFEST_VERSION,
+            "files": files,
             "model_files": copied,
-            "opset": opset if params.export.onnx else None,
-            "inputs": {"encoder": list(ENCODER_INPUTS), "decoder": list(DECODER_INPUTS)},
-            "outputs": {"encoder": list(ENCODER_OUTPUTS), "decoder": list(DECODER_OUTPUTS)},
-            "kv_cache": False,
+            "opset": settings.opset if settings.onnx else None,
+            "kv_cache": settings.onnx,
+            "inputs": {
+                "onnx": {"encoder": list(ENCODER_INPUTS), "decoder": list(DECODER_INPUTS)},
+                "torchscript": TORCHSCRIPT_INPUTS,
+            },
+            "outputs": {
+                "onnx": {"encoder": list(ENCODER_OUTPUTS), "decoder": list(DECODER_OUTPUTS)},
+                "torchscript": TORCHSCRIPT_OUTPUTS,
+            },
+            "cache_layout": ["layers", "batch", "heads", "length", "head_dim"],
             "vocab_size": cfg.vocab_size,
             "pad_id": pad_id,
             "eos_id": eos_id,
@@ -523,30 +740,38 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
                 "d_model": cfg.d_model,
                 "encoder_layers": cfg.encoder_layers,
                 "decoder_layers": cfg.decoder_layers,
-                "attention_heads": cfg.encoder_attention_heads,
+                "attention_heads": cfg.decoder_attention_heads,
                 "max_positions": max_positions,
             },
-            "max_len": {"a": params.evaluate.max_len_a, "b": params.evaluate.max_len_b},
-            "parity": {
-                k: metrics[k] for k in ("n_sentences", "identical_share", "onnx", "torchscript") if k in metrics
+            # Decoding defaults for `mtpipe translate`: the evaluate stage's settings.
+            "generation": {
+                "beam": params.evaluate.beam,
+                "length_penalty": params.evaluate.length_penalty,
+                "max_len_a": params.evaluate.max_len_a,
+                "max_len_b": params.evaluate.max_len_b,
             },
+            "max_len": {"a": params.evaluate.max_len_a, "b": params.evaluate.max_len_b},
+            "parity": {k: metrics[k] for k in ("n_sentences", "identical_share", "bleu", "onnx", "torchscript",
+                                               "onnx_int8", "ctranslate2") if k in metrics},
         }
         write_json(out / MANIFEST, manifest)
 
     write_json(paths.metrics("export"), metrics)
-    diffs = [metrics[f][f"{g}_max_abs_diff"] for f in formats for g in GRAPHS]
+    diffs = [v for f in ("onnx", "torchscript") for k, v in metrics.get(f, {}).items() if k.endswith("_max_abs_diff")]
     summary = {
         "identical_share": metrics.get("identical_share"),
         "max_logit_diff": max(diffs) if diffs else None,
         "bleu_delta": metrics.get("bleu", {}).get("delta"),
+        "int8_bleu_delta": metrics.get("onnx_int8", {}).get("bleu_delta"),
     }
     log.info(
-        "exported %s to %s: max abs diff %s, identical greedy outputs %s, BLEU delta %s",
-        "+".join(formats) or "tokenizer and config only",
+        "exported %s to %s: max abs diff %s, identical greedy outputs %s, BLEU delta %s (int8 %s)",
+        "+".join(files) or "tokenizer and config only",
         paths.export,
         f"{summary['max_logit_diff']:.2g}" if diffs else "n/a",
         summary["identical_share"],
         summary["bleu_delta"],
+        summary["int8_bleu_delta"],
     )
     return summary
 

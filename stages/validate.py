@@ -2,9 +2,15 @@
 
 The clean stage filters the training split and normalises every split; this stage checks that its output holds
 what the rest of the pipeline assumes, so a bug or a changed threshold upstream stops the DAG here instead of
-surfacing later as a bad model. GX has no pairwise checks (source != target, length ratio, duplicate pairs), so
-the training split is first extended with the precomputed per-row columns of DERIVED_COLUMNS below, and the
-expectations run on those. The clean stage's thresholds (`params.clean`) are the bounds.
+surfacing later as a bad model. The clean stage's thresholds (`params.clean`) are the bounds.
+
+The whole training split is validated, every row, in memory that does not grow with the text: GX has no
+pairwise checks (source != target, length ratio, duplicate pairs) and the text itself is what costs memory
+(~1.1 KB a pair in pandas), so the split is first streamed, row group by row group, into a file of the per-row
+measures in DERIVED_COLUMNS below (about 60 bytes a pair; no text), and GX validates that file. Language is
+checked with py3langid on a seeded sample of `validate.language_sample` rows (a full pass would cost as much as
+the clean stage's optional language filter); every other expectation sees every row. Failed expectations are
+reported with example rows, whose text is then looked up in the split by row number.
 
 Each expectation carries `meta={"critical": bool}`. Every split runs as its own validation definition in one
 checkpoint, so the Data Docs site (written to `reports/validation/`) shows them all; `metrics/validation.json`
@@ -20,9 +26,11 @@ import math
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,83 +38,180 @@ import pyarrow.parquet as pq
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import PAIR_SCHEMA, count_rows, iter_pair_batches
 from pipeline.errors import InputFileError, MissingArtifact, ValidationFailed
-from pipeline.params import CleanParams, Params
+from pipeline.params import Params
+from pipeline.text_checks import INVISIBLE, SCRIPTS, LanguageDetector, letter_shares, pair_hashes
 
 log = logging.getLogger("mtpipe.validate")
 
-# RE2 syntax (pyarrow): C0 controls, DEL, C1 controls, zero-width space/non-joiner/joiner, BOM. The clean
-# stage removes all of them and turns tabs and newlines into spaces, so none may remain.
-CONTROL_PATTERN = r"[\x00-\x1f\x7f-\x{9f}\x{200b}-\x{200d}\x{feff}]"
 HTML_PATTERN = r"<[a-zA-Z/][^>]*>|&[a-z]+;"
 # A run of characters that are not whitespace as Python's str.isspace() defines it (ASCII \t-\r, \x1c-\x1f,
-# space, U+0085, and the Unicode separators \p{Z}), so the count equals `len(s.split())`, as the clean stage
-# counts words.
+# space, U+0085, and the Unicode separators \p{Z}), so the count equals `len(s.split())`, independently of how
+# the clean stage counts words.
 WORD_PATTERN = r"[^\t-\r\x1c-\x20\x{85}\p{Z}]+"
+LANGUAGE = pa.dictionary(pa.int8(), pa.string())
 
 # name -> (type, meaning); the meanings also appear as notes on the train suite's page in the Data Docs.
 DERIVED_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
-    "src_chars": (pa.int64(), "characters (code points) in src"),
-    "tgt_chars": (pa.int64(), "characters (code points) in tgt"),
-    "src_words": (pa.int64(), "whitespace-separated words in src, as Python's str.split() counts them"),
-    "tgt_words": (pa.int64(), "whitespace-separated words in tgt, as Python's str.split() counts them"),
+    "row": (pa.int64(), "0-based row of the pair in the cleaned train split"),
+    "origin": (pa.dictionary(pa.int32(), pa.string()), "the input file (or dataset split) the pair came from"),
+    "line": (pa.int64(), "1-based line (or row) of the pair in its origin"),
+    "src_chars": (pa.int32(), "characters (code points) in src; null when src is null"),
+    "tgt_chars": (pa.int32(), "characters (code points) in tgt; null when tgt is null"),
+    "src_words": (pa.int32(), "whitespace-separated words in src, as Python's str.split() counts them"),
+    "tgt_words": (pa.int32(), "whitespace-separated words in tgt, as Python's str.split() counts them"),
     "length_ratio": (
         pa.float64(),
         "longer / shorter side in characters; null (not checked) when the shorter side has fewer than "
         "clean.ratio_min_chars characters, where the clean stage does not apply the ratio filter either",
     ),
     "is_copy": (pa.bool_(), "src == tgt"),
-    "pair_key": (pa.string(), "src + TAB + tgt (whitespace is collapsed upstream, so no TAB occurs inside)"),
-    "has_control": (pa.bool_(), "C0/C1 control or zero-width characters (U+200B-U+200D, U+FEFF) on either side"),
+    "pair_hash": (pa.uint64(), "64-bit xxh3 hash of src + TAB + tgt: equal pairs have equal hashes"),
+    "has_control": (pa.bool_(), "control or invisible (zero-width, bidi, BOM) characters on either side"),
     "has_html": (
         pa.bool_(),
         "an HTML tag or entity on either side; a warning only, since real text such as 'if a<b and c>d' matches",
     ),
+    "src_letter_share": (pa.float32(), "letters (and combining marks) / non-space characters in src"),
+    "tgt_letter_share": (pa.float32(), "letters (and combining marks) / non-space characters in tgt"),
+    "src_script_share": (pa.float32(), "letters in the script of data.src_lang / letters in src"),
+    "tgt_script_share": (pa.float32(), "letters in the script of data.tgt_lang / letters in tgt"),
+    "src_lang": (LANGUAGE, "language py3langid detects in src, on the seeded sample only (null elsewhere)"),
+    "tgt_lang": (LANGUAGE, "language py3langid detects in tgt, on the seeded sample only (null elsewhere)"),
 }
-DERIVED_FILE_SCHEMA = pa.schema([*PAIR_SCHEMA, *((name, dtype) for name, (dtype, _) in DERIVED_COLUMNS.items())])
+DERIVED_FILE_SCHEMA = pa.schema([(name, dtype) for name, (dtype, _) in DERIVED_COLUMNS.items()])
 SITE_NAME = "validation"
 EXAMPLES_IN_METRICS = 5
 EXAMPLES_IN_ERROR = 3
-ROW_COLUMNS = ("origin", "line", "src", "tgt")
+# Columns of an example row; "row" (derived train file only) finds its text in the split afterwards.
+ROW_COLUMNS = ("row", "origin", "line", "src", "tgt")
 
 
 # --- derived columns (pyarrow, batch by batch, so memory stays bounded before GX loads the file) ---------
 
 
-def side_features(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """(chars, words, has_control, has_html) for one side of a batch."""
-    chars = pc.cast(pc.utf8_length(text), pa.int64())
-    words = pc.cast(pc.count_substring_regex(text, WORD_PATTERN), pa.int64())
-    return chars, words, pc.match_substring_regex(text, CONTROL_PATTERN), pc.match_substring_regex(text, HTML_PATTERN)
+@dataclass
+class Measures:
+    """What derive_columns needs besides the batch: thresholds, scripts and the language sample."""
+
+    params: Params
+    pool: ThreadPoolExecutor
+    sample: np.ndarray  # sorted 0-based rows of the language sample
+    detector: LanguageDetector | None = None
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        return self.params.data.src_lang, self.params.data.tgt_lang
 
 
-def derive_columns(batch: pa.RecordBatch, clean: CleanParams, pool: ThreadPoolExecutor) -> pa.RecordBatch:
-    """The pair batch with the DERIVED_COLUMNS appended; the two sides are computed on two threads."""
+def language_sample(rows: int, size: int, seed: int) -> np.ndarray:
+    """`size` distinct rows of `rows`, sorted, the same for the same seed and split size."""
+    if size <= 0 or rows <= 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(rows, size=min(size, rows), replace=False))
+
+
+def side_features(text: pa.Array, script: str | None) -> dict[str, Any]:
+    """Per-row measures of one side of a batch."""
+    letter_share, script_share = letter_shares(text, script)
+    return {
+        "chars": pc.cast(pc.utf8_length(text), pa.int32()),
+        "words": pc.cast(pc.count_substring_regex(text, WORD_PATTERN), pa.int32()),
+        "has_control": pc.match_substring_regex(text, INVISIBLE),
+        "has_html": pc.match_substring_regex(text, HTML_PATTERN),
+        # NaN (no characters, no letters) is stored as null: nothing to check there.
+        "letter_share": pa.array(letter_share, pa.float32(), from_pandas=True),
+        "script_share": pa.array(
+            np.full(len(text), np.nan) if script_share is None else script_share, pa.float32(), from_pandas=True
+        ),
+    }
+
+
+def detected_languages(text: pa.Array, picked: np.ndarray, measures: Measures) -> pa.Array:
+    """The language of the sampled rows long enough to judge, null elsewhere."""
+    languages = np.full(len(text), None, dtype=object)
+    if measures.detector is not None and len(picked):
+        min_chars = measures.params.clean.language_id_min_chars
+        long_enough = picked[pc.utf8_length(text.take(pa.array(picked))).to_numpy(zero_copy_only=False) >= min_chars]
+        if len(long_enough):
+            languages[long_enough] = measures.detector.detect(text.take(pa.array(long_enough)).to_pylist())
+    return pa.array(languages, pa.string()).cast(LANGUAGE)
+
+
+def derive_columns(batch: pa.RecordBatch, measures: Measures, first_row: int = 0) -> pa.RecordBatch:
+    """The DERIVED_COLUMNS of a batch of pairs whose first row is `first_row` of the split; the two sides are
+    measured on two threads."""
     src, tgt = batch.column("src"), batch.column("tgt")
-    (src_chars, src_words, src_control, src_html), (tgt_chars, tgt_words, tgt_control, tgt_html) = pool.map(
-        side_features, (src, tgt)
-    )
-    shorter = pc.cast(pc.min_element_wise(src_chars, tgt_chars), pa.float64())
-    longer = pc.cast(pc.max_element_wise(src_chars, tgt_chars), pa.float64())
-    ratio_applies = pc.greater_equal(shorter, max(clean.ratio_min_chars, 1))
+    scripts = [SCRIPTS.get(lang) for lang in measures.langs]
+    s, t = measures.pool.map(side_features, (src, tgt), scripts)
+    shorter = pc.cast(pc.min_element_wise(s["chars"], t["chars"]), pa.float64())
+    longer = pc.cast(pc.max_element_wise(s["chars"], t["chars"]), pa.float64())
+    ratio_applies = pc.greater_equal(shorter, max(measures.params.clean.ratio_min_chars, 1))
+    sample = measures.sample
+    picked = sample[(sample >= first_row) & (sample < first_row + len(batch))] - first_row
+    origin = batch.column("origin")
     derived = {
-        "src_chars": src_chars,
-        "tgt_chars": tgt_chars,
-        "src_words": src_words,
-        "tgt_words": tgt_words,
+        "row": pa.array(np.arange(first_row, first_row + len(batch), dtype=np.int64)),
+        "origin": origin.dictionary_encode() if not pa.types.is_dictionary(origin.type) else origin,
+        "line": batch.column("line"),
+        "src_chars": s["chars"],
+        "tgt_chars": t["chars"],
+        "src_words": s["words"],
+        "tgt_words": t["words"],
         "length_ratio": pc.if_else(ratio_applies, pc.divide(longer, shorter), None),
         "is_copy": pc.equal(src, tgt),
-        "pair_key": pc.binary_join_element_wise(src, tgt, "\t"),
-        "has_control": pc.or_kleene(src_control, tgt_control),
-        "has_html": pc.or_kleene(src_html, tgt_html),
+        "pair_hash": pa.array(pair_hashes(src, tgt), pa.uint64()),
+        "has_control": pc.or_kleene(s["has_control"], t["has_control"]),
+        "has_html": pc.or_kleene(s["has_html"], t["has_html"]),
+        "src_letter_share": s["letter_share"],
+        "tgt_letter_share": t["letter_share"],
+        "src_script_share": s["script_share"],
+        "tgt_script_share": t["script_share"],
+        "src_lang": detected_languages(src, picked, measures),
+        "tgt_lang": detected_languages(tgt, picked, measures),
     }
-    return pa.RecordBatch.from_arrays([*batch.columns, *derived.values()], schema=DERIVED_FILE_SCHEMA)
+    return pa.RecordBatch.from_arrays(
+        [derived[name].cast(dtype) for name, dtype in zip(DERIVED_FILE_SCHEMA.names, DERIVED_FILE_SCHEMA.types)],
+        schema=DERIVED_FILE_SCHEMA,
+    )
 
 
-def write_derived(train_file: Path, out_file: Path, clean: CleanParams) -> None:
-    """Stream the train split through derive_columns into `out_file`, in bounded memory."""
-    with pq.ParquetWriter(out_file, DERIVED_FILE_SCHEMA) as writer, ThreadPoolExecutor(2) as pool:
+def write_derived(train_file: Path, out_file: Path, params: Params) -> dict[str, Any]:
+    """Stream the train split through derive_columns into `out_file`, in bounded memory; returns what the
+    language sample covered."""
+    rows = count_rows(train_file)
+    vp = params.validate_
+    sample = language_sample(rows, vp.language_sample, vp.seed)
+    detector = None
+    if len(sample):
+        try:
+            detector = LanguageDetector(
+                [*params.clean.language_id_candidates, params.data.src_lang, params.data.tgt_lang]
+            )
+        except ValueError as err:
+            raise ValidationFailed(f"language check: {err}") from None
+    with ThreadPoolExecutor(2) as pool, pq.ParquetWriter(out_file, DERIVED_FILE_SCHEMA) as writer:
+        measures = Measures(params, pool, sample, detector)
+        first_row = 0
         for batch in iter_pair_batches(train_file):
-            writer.write_batch(derive_columns(batch.cast(PAIR_SCHEMA), clean, pool))
+            writer.write_batch(derive_columns(batch.cast(PAIR_SCHEMA), measures, first_row))
+            first_row += len(batch)
+    return {"language_sample_rows": len(sample)}
+
+
+def fetch_rows(path: Path, rows: set[int]) -> dict[int, dict[str, Any]]:
+    """The pairs at the given 0-based rows of a split, streamed (for example rows of failed expectations)."""
+    found: dict[int, dict[str, Any]] = {}
+    wanted = np.array(sorted(rows), dtype=np.int64)
+    first_row = 0
+    for batch in iter_pair_batches(path):
+        inside = wanted[(wanted >= first_row) & (wanted < first_row + len(batch))]
+        if len(inside):
+            picked = batch.take(pa.array(inside - first_row)).to_pylist()
+            found.update(zip(inside.tolist(), picked, strict=True))
+        first_row += len(batch)
+        if first_row > wanted[-1:].sum(initial=-1):
+            break
+    return found
 
 
 # --- the suites ------------------------------------------------------------------------------------------
@@ -115,13 +220,11 @@ def write_derived(train_file: Path, out_file: Path, clean: CleanParams) -> None:
 def train_expectations(params: Params) -> list[Any]:
     import great_expectations as gx
 
-    ex, clean, mostly = gx.expectations, params.clean, params.validate_.mostly
+    ex, clean, vp, mostly = gx.expectations, params.clean, params.validate_, params.validate_.mostly
     critical, warning = {"critical": True}, {"critical": False}
-    expectations = [
-        ex.ExpectTableRowCountToBeBetween(min_value=params.validate_.min_rows, meta=critical),
-        ex.ExpectColumnValuesToNotBeNull(column="src", meta=critical),
-        ex.ExpectColumnValuesToNotBeNull(column="tgt", meta=critical),
-    ]
+    expectations = [ex.ExpectTableRowCountToBeBetween(min_value=vp.min_rows, meta=critical)]
+    # Not null: the length of a null side is null.
+    expectations += [ex.ExpectColumnValuesToNotBeNull(column=f"{side}_chars", meta=critical) for side in ("src", "tgt")]
     for side in ("src", "tgt"):
         expectations.append(
             ex.ExpectColumnValuesToBeBetween(
@@ -134,18 +237,49 @@ def train_expectations(params: Params) -> list[Any]:
         )
     for side in ("src", "tgt"):
         expectations.append(
-            ex.ExpectColumnValuesToBeBetween(column=f"{side}_words", max_value=clean.max_words, meta=critical)
+            ex.ExpectColumnValuesToBeBetween(
+                column=f"{side}_words",
+                min_value=clean.min_words,
+                max_value=clean.max_words,
+                mostly=mostly,
+                meta=critical,
+            )
         )
     expectations += [
         ex.ExpectColumnValuesToBeBetween(
             column="length_ratio", max_value=clean.max_length_ratio, mostly=mostly, meta=critical
         ),
-        ex.ExpectColumnValuesToBeInSet(column="is_copy", value_set=[False], meta=critical),
+        # With clean.reject_copies off, copies are expected; they are still reported.
+        ex.ExpectColumnValuesToBeInSet(column="is_copy", value_set=[False], meta={"critical": clean.reject_copies}),
         # Without deduplication in the clean stage duplicates are expected; they are still reported.
-        ex.ExpectColumnValuesToBeUnique(column="pair_key", meta={"critical": clean.deduplicate}),
+        ex.ExpectColumnValuesToBeUnique(column="pair_hash", meta={"critical": clean.deduplicate}),
         ex.ExpectColumnValuesToBeInSet(column="has_control", value_set=[False], meta=critical),
         ex.ExpectColumnValuesToBeInSet(column="has_html", value_set=[False], meta=warning),
     ]
+    if clean.min_letter_share > 0:
+        expectations += [
+            ex.ExpectColumnValuesToBeBetween(
+                column=f"{side}_letter_share", min_value=clean.min_letter_share, mostly=mostly, meta=critical
+            )
+            for side in ("src", "tgt")
+        ]
+    if clean.min_script_share > 0:
+        expectations += [
+            ex.ExpectColumnValuesToBeBetween(
+                column=f"{side}_script_share", min_value=clean.min_script_share, mostly=mostly, meta=critical
+            )
+            for side, lang in zip(("src", "tgt"), (params.data.src_lang, params.data.tgt_lang), strict=True)
+            if lang in SCRIPTS
+        ]
+    if vp.language_sample > 0:
+        # Nulls (rows outside the sample, sides too short to judge) are not counted: `mostly` is a share of the
+        # sampled sides.
+        expectations += [
+            ex.ExpectColumnValuesToBeInSet(
+                column=f"{side}_lang", value_set=[lang], mostly=vp.min_language_match, meta=critical
+            )
+            for side, lang in zip(("src", "tgt"), (params.data.src_lang, params.data.tgt_lang), strict=True)
+        ]
     return expectations
 
 
@@ -234,6 +368,9 @@ def run_checkpoint(params: Params, split_files: dict[str, Path], site_dir: Path,
         pandas_execution_engine.HASH_THRESHOLD = threshold
     by_split = {r.suite_name: r for r in result.run_results.values()}
     return [by_split[split] for split in split_files]
+
+
+# --- summarising results ---------------------------------------------------------------------------------
 
 
 # --- summarising results ---------------------------------------------------------------------------------
@@ -348,6 +485,9 @@ def format_failure(split: str, failure: dict[str, Any]) -> str:
 # --- the stage -------------------------------------------------------------------------------------------
 
 
+# --- the stage -------------------------------------------------------------------------------------------
+
+
 def _check_readable(path: Path) -> None:
     try:
         names = pq.read_schema(path).names
@@ -356,6 +496,19 @@ def _check_readable(path: Path) -> None:
     missing = [c for c in PAIR_SCHEMA.names if c not in names]
     if missing:
         raise InputFileError(path, f"missing column(s) {missing}; has {names}")
+
+
+def add_example_text(train_file: Path, summary: dict[str, Any]) -> None:
+    """Fill in src and tgt of the train split's example rows (the derived file GX saw has no text)."""
+    failures = summary["failed_critical"] + summary["failed_non_critical"]
+    wanted = {r["row"] for f in failures for r in f["rows"] if r.get("row") is not None}
+    texts = fetch_rows(train_file, wanted) if wanted else {}
+    for failure in failures:
+        for row in failure["rows"]:
+            pair = texts.get(row.pop("row", None), {})
+            row.update({"src": pair.get("src"), "tgt": pair.get("tgt")})
+        if failure.get("column") == "pair_hash":  # a hash says nothing: show the pair it stands for
+            failure["examples"] = [f"{r['src']}\t{r['tgt']}" for r in failure["rows"]]
 
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
@@ -370,18 +523,24 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
 
     report = paths.validation_report
     report.parent.mkdir(parents=True, exist_ok=True)
-    # The train split with its derived columns lives only for this run, beside the report (not in /tmp, which
-    # may be a small in-memory filesystem).
+    # The derived train file lives only for this run, beside the report (not in /tmp, which may be a small
+    # in-memory filesystem).
     with tempfile.TemporaryDirectory(prefix=".validate-", dir=report.parent) as work:
         derived = Path(work) / "train.parquet"
-        write_derived(inputs["train"], derived, params.clean)
+        sample = write_derived(inputs["train"], derived, params)
         with atomic_path(report) as site_dir:
             # The Data Docs show the derived file's (then deleted) path; the notes name the real source.
             columns = "\n".join(f"- `{name}`: {meaning}" for name, (_, meaning) in DERIVED_COLUMNS.items())
-            notes = {"train": f"Data: `{inputs['train']}` with derived columns:\n\n{columns}"}
+            notes = {
+                "train": f"Data: every row of `{inputs['train']}`, as the measures below (no text); the language "
+                f"columns on a seeded sample of {sample['language_sample_rows']} rows "
+                f"(validate.language_sample, validate.seed):\n\n{columns}"
+            }
             results = run_checkpoint(params, {**inputs, "train": derived}, site_dir, notes)
 
     per_split = {split: summarise(rows[split], r) for split, r in zip(inputs, results, strict=True)}
+    add_example_text(inputs["train"], per_split["train"])
+    per_split["train"].update(sample)
     failed = [(s, f) for s, summary in per_split.items() for f in summary["failed_critical"]]
     warned = [(s, f) for s, summary in per_split.items() for f in summary["failed_non_critical"]]
     evaluated = sum(s["evaluated_expectations"] for s in per_split.values())

@@ -21,7 +21,7 @@ import numpy as np
 from pipeline.params import Params
 from pipeline.token_arrays import TokenArray
 from stages.train.batching import IGNORE_INDEX, Batch, Collator, epoch_batches, length_batches
-from stages.train.model import build_model, count_parameters
+from stages.train.model import build_model, count_parameters, pad_embedding_rows
 from stages.train.save import save_final
 
 log = logging.getLogger("mtpipe.train")
@@ -151,7 +151,9 @@ def train(params: Params, root: Path) -> dict[str, Any]:
     if len(all_batches) < dist.world:
         raise ValueError(f"{len(all_batches)} batches cannot feed {dist.world} processes; lower train.max_tokens")
 
-    model = build_model(params.model, meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=cfg.seed)
+    model = build_model(
+        params.model, meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=cfg.seed, joint_vocab=meta.get("joint", True)
+    )
     model.to(dist.device)
     ddp_model = DDP(model) if dist.world > 1 else model
 
@@ -171,7 +173,8 @@ def train(params: Params, root: Path) -> dict[str, Any]:
         fused=dist.device.type == "cuda",
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, cfg.warmup_steps))
-    pad_row = model.get_input_embeddings().weight.data[meta["pad_id"]]
+    # A checkpoint's own <pad> rows are left as trained; from scratch they stay zero (see pad_embedding_rows).
+    pad_rows = pad_embedding_rows(model, meta["pad_id"]) if params.model.init == "scratch" else []
 
     logger = Logger(root / "dvclive", dist.is_main)
     if dist.is_main:
@@ -217,7 +220,8 @@ def train(params: Params, root: Path) -> dict[str, Any]:
             schedule.step()
             # Keep the <pad> embedding row at zero (Marian/CTranslate2 decode from a zero start vector).
             with torch.no_grad():
-                pad_row.zero_()
+                for row in pad_rows:
+                    row.zero_()
             step += 1
 
             window["loss"] += loss_sum.item()

@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.params import ModelParams
 
 
-def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int) -> Any:
+def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, joint_vocab: bool = True) -> Any:
     from transformers import MarianConfig
 
     arch = model.architecture()
@@ -32,7 +32,8 @@ def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int)
         activation_function="relu",
         max_position_embeddings=model.max_positions,
         scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
+        # A joint vocabulary shares one embedding matrix between encoder, decoder (and output, when tied).
+        share_encoder_decoder_embeddings=joint_vocab,
         tie_word_embeddings=model.tie_embeddings,
         pad_token_id=pad_id,
         eos_token_id=eos_id,
@@ -56,7 +57,9 @@ def generation_config(pad_id: int, eos_id: int, max_length: int) -> Any:
     )
 
 
-def build_model(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1) -> Any:
+def build_model(
+    model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True
+) -> Any:
     """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, MarianMTModel
@@ -64,11 +67,21 @@ def build_model(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, s
     if model.init == "pretrained":
         return AutoModelForSeq2SeqLM.from_pretrained(model.name_or_path, attn_implementation="sdpa")
     torch.manual_seed(seed)
-    config = marian_config(model, vocab_size, pad_id, eos_id)
+    config = marian_config(model, vocab_size, pad_id, eos_id, joint_vocab)
     config._attn_implementation = "sdpa"
     built = MarianMTModel(config)
     built.generation_config = generation_config(pad_id, eos_id, model.max_positions)
     return built
+
+
+def pad_embedding_rows(model: Any, pad_id: int) -> list[Any]:
+    """The <pad> rows of every distinct embedding matrix (one when shared, two with separate vocabularies).
+
+    The trainer keeps them at zero: Marian decoding starts from the <pad> embedding, and CTranslate2's converter
+    assumes a zero start vector, so a trained (tied, hence non-zero) row would make the converted model differ.
+    """
+    matrices = {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_decoder().embed_tokens)}
+    return [w.data[pad_id] for w in matrices.values()]
 
 
 def count_parameters(model: Any) -> int:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import random
 import unicodedata
 from pathlib import Path
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.artifacts import Paths
+from pipeline import corpus
 from pipeline.corpus import PAIR_SCHEMA
-from pipeline.errors import InputFileError, MissingArtifact
+from pipeline.errors import InputFileError, MissingArtifact, PipelineError
 from pipeline.params import parse
 from stages import clean
 
@@ -20,7 +24,7 @@ GOOD_TRAIN = [
     ("A dog runs in the park.", "Ein Hund rennt im Park."),
     ("Two children play football.", "Zwei Kinder spielen Fußball."),
     ("The woman reads a book.", "Die Frau liest ein Buch."),
-    ("Yes.", "Ja, sehr gerne."),  # ratio 3.75, but the shorter side is under ratio_min_chars: kept
+    ("No way.", "Auf keinen Fall, nein."),  # ratio 3.14, but the shorter side is under ratio_min_chars: kept
 ]
 VALID = [("It rains.", "Es regnet."), ("The bus is late.", "Der Bus ist spät.")]
 TEST = [("A bird sings.", "Ein Vogel singt."), ("Snow falls.", "Schnee fällt.")]
@@ -101,13 +105,20 @@ def test_nfkc_folds_compatibility_characters_when_asked(tmp_path):
 # (clean params, crafted training pair, reason it is rejected for)
 REJECTS = {
     "empty": ({}, ("A lonely source.", "   \u200b ")),
-    "too_short": ({"min_chars": 4}, ("Hi.", "Hallo.")),  # "Yes." has exactly 4: kept
+    "too_short_chars": ({"min_chars": 5}, ("Hi.", "Hallo.")),  # "No way." has 7: kept
+    "too_short_words": ({"min_words": 2}, ("Hello.", "Guten Tag.")),
     "too_long_chars": ({"max_chars": 40}, ("A sentence that is well beyond forty characters.", "Ein Satz.")),
     "too_long_words": ({"max_words": 6}, ("one two three four five six seven", "eins zwei drei")),
     "length_ratio": ({}, ("A dog.......", "Ein Hund, der sehr schnell durch den großen grünen Park rennt.")),
     "source_equals_target": ({}, ("Berlin Marathon 2024", "Berlin  Marathon 2024")),
+    "garbled": ({}, ("| 12 | 3.5 | 4.7 | -- |", "| 12 | 3,5 | 4,7 | -- |")),
+    "wrong_script": ({}, ("The cat sleeps on the sofa.", "Кошка спит на диване.")),
     "overlaps_eval": ({}, ("A  bird sings.", "Ein Vogel\tsingt.")),  # equals a test pair once normalised
     "duplicate": ({}, GOOD_TRAIN[1]),
+    "wrong_language": (
+        {"language_id": True},
+        ("The children are playing in the garden.", "Les enfants jouent dans le jardin."),  # French, Latin script
+    ),
 }
 
 
@@ -125,15 +136,64 @@ def test_each_filter_rejects_its_crafted_training_pair_with_its_reason(tmp_path,
     assert clean_metrics(paths)["splits"]["train"]["reasons"] == {reason: 1}
 
 
+# Each switchable filter, switched off, keeps the pair it would reject.
+SWITCHED_OFF = {
+    "source_equals_target": {"reject_copies": False},
+    "garbled": {"min_letter_share": 0.0},
+    "wrong_script": {"min_script_share": 0.0},
+    "overlaps_eval": {"remove_eval_overlap": False},
+    "duplicate": {"deduplicate": False},
+    "wrong_language": {"language_id": False},
+}
+
+
+@pytest.mark.parametrize("reason", list(SWITCHED_OFF))
+def test_a_switched_off_filter_keeps_the_pair_it_would_reject(tmp_path, reason):
+    overrides, crafted = REJECTS[reason]
+    paths = raw_corpus(tmp_path, train=[*GOOD_TRAIN, crafted])
+
+    clean.run(parse({"clean": {**overrides, **SWITCHED_OFF[reason]}}), paths)
+
+    assert rejected_rows(paths) == []
+    assert len(pairs_of(paths, "train")) == len(GOOD_TRAIN) + 1
+
+
+def test_language_id_is_off_by_default():
+    assert parse({}).clean.language_id is False
+
+
+def test_language_id_leaves_sides_shorter_than_its_minimum_unchecked(tmp_path):
+    pair = ("Good morning.", "Bonjour.")  # French target, but 8 characters are too few to judge
+    paths = raw_corpus(tmp_path, train=[*GOOD_TRAIN, pair])
+    clean.run(parse({"clean": {"language_id": True, "language_id_min_chars": 20}}), paths)
+    assert pair in pairs_of(paths, "train")
+
+
+def test_a_language_the_detector_does_not_know_is_a_clear_error(tmp_path):
+    paths = raw_corpus(tmp_path, train=GOOD_TRAIN)
+    with pytest.raises(PipelineError, match=r"py3langid does not know the language\(s\) \['xx'\]"):
+        clean.run(parse({"clean": {"language_id": True, "language_id_candidates": ["xx"]}}), paths)
+
+
+def test_script_check_uses_the_script_of_each_side(tmp_path):
+    # en-ru: Cyrillic is right on the target side and wrong on the source side.
+    good = ("The cat sleeps on the sofa.", "Кошка спит на диване.")
+    bad = ("Кошка спит на диване.", "Кошка спит на диване!")
+    paths = raw_corpus(tmp_path, train=[good, bad], valid=VALID, test=TEST)
+    clean.run(parse({"data": {"tgt_lang": "ru"}}), paths)
+    assert pairs_of(paths, "train") == [good]
+    assert [r["reason"] for r in rejected_rows(paths)] == ["wrong_script"]
+
+
 def test_every_reject_reason_the_stage_knows_is_covered_here():
     assert set(REJECTS) == set(clean.REASONS)
 
 
 def test_the_first_matching_filter_names_the_reason(tmp_path):
-    # Both too short and identical on both sides: "too_short" comes first in the documented order.
+    # Both too short and identical on both sides: "too_short_chars" comes first in the documented order.
     paths = raw_corpus(tmp_path, train=[*GOOD_TRAIN, ("OK", "OK")])
     clean.run(parse({"clean": {"min_chars": 3}}), paths)
-    assert [r["reason"] for r in rejected_rows(paths)] == ["too_short"]
+    assert [r["reason"] for r in rejected_rows(paths)] == ["too_short_chars"]
 
 
 def test_short_pairs_pass_the_length_ratio_filter_below_ratio_min_chars(tmp_path):
@@ -205,10 +265,20 @@ def test_rejected_rows_keep_split_origin_line_and_reason(tmp_path):
 
 
 def test_for_every_split_kept_plus_rejected_equals_input(tmp_path):
-    train = [*GOOD_TRAIN, ("", "x"), GOOD_TRAIN[0], TEST[0], ("Same", "Same"), ("a " * 300, "Wort")]
+    train = [
+        *GOOD_TRAIN,
+        ("", "x"),
+        GOOD_TRAIN[0],
+        TEST[0],
+        ("Same", "Same"),
+        ("a " * 300, "Wort"),
+        ("| 1 | 2 |", "| 1 | 2 | 3 |"),
+        ("Hello there, my friend.", "Привет, мой друг."),
+        ("A small house near the river.", "Una casa pequeña cerca del río."),
+    ]
     paths = raw_corpus(tmp_path, train=train, valid=[*VALID, ("", "")])
 
-    clean.run(parse({}), paths)
+    clean.run(parse({"clean": {"language_id": True, "min_script_share": 0.9}}), paths)
 
     metrics = clean_metrics(paths)
     rejected = pq.read_table(paths.rejected).column("split").to_pylist()
@@ -223,13 +293,16 @@ def test_for_every_split_kept_plus_rejected_equals_input(tmp_path):
         "empty": 1,
         "too_long_words": 1,
         "source_equals_target": 1,
+        "garbled": 1,
+        "wrong_script": 1,
         "overlaps_eval": 1,
         "duplicate": 1,
+        "wrong_language": 1,
     }
     assert (metrics["input"], metrics["kept"], metrics["rejected"]) == (
         sum(inputs.values()),
-        sum(inputs.values()) - 5,
-        5,
+        sum(inputs.values()) - 8,
+        8,
     )
 
 

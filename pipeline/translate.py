@@ -1,0 +1,436 @@
+"""Translate with an exported model (`models/export`) on ONNX Runtime: no torch, no transformers.
+
+    from pipeline.translate import Translator
+    Translator("models/export").translate(["A dog runs.", "", "Two men talk."], beam=4)
+
+The export stage writes two graphs whose inputs and outputs are named below (and recorded in `export.json`):
+
+    encoder.onnx  input_ids, attention_mask (batch, src_len) int64
+                  -> last_hidden_state (batch, src_len, d_model),
+                     cross_keys, cross_values (layers, batch, heads, src_len, head_dim)
+    decoder.onnx  decoder_input_ids (batch, new_len), encoder_attention_mask (batch, src_len),
+                  self_keys, self_values (layers, batch, heads, past_len, head_dim), cross_keys, cross_values
+                  -> logits (batch, new_len, vocab),
+                     present_self_keys, present_self_values (layers, batch, heads, past_len + new_len, head_dim)
+
+The encoder also projects its states into every decoder layer's cross-attention keys and values, once per
+sentence; the decoder takes the self-attention keys and values of the tokens decoded so far and returns them
+extended by the new ones. A decoding step therefore feeds one token per row and costs O(length), not the whole
+prefix again. The first step passes an empty (past_len 0) cache.
+
+Search follows transformers' `generate` for Marian, so ONNX and PyTorch decode the same way: decoding starts from
+<pad>, <pad> is never emitted, </s> is forced at the length limit, and beam search keeps the 2 x beam best
+continuations, finishes a hypothesis when one of the `beam` best ends in </s>, scores finished hypotheses by
+sum(log p) / length ** length_penalty (length counting </s>) and stops a sentence once it has `beam` finished
+hypotheses (`early_stopping=True`). Unlike `generate`, the length limit (max_len_a * source_length + max_len_b) is
+per sentence, so a translation does not depend on which other sentences share its batch.
+
+Tokenization is the transformers MarianTokenizer's, reimplemented over the SentencePiece models and vocab.json of
+the export directory (transformers is a 1-2 s import and this path must start fast).
+
+Imports numpy and, when a model is loaded, onnxruntime and sentencepiece.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from pipeline.errors import InputFileError, PipelineError
+
+log = logging.getLogger("mtpipe.translate")
+
+MANIFEST = "export.json"
+ENCODER_INPUTS = ("input_ids", "attention_mask")
+ENCODER_OUTPUTS = ("last_hidden_state", "cross_keys", "cross_values")
+DECODER_INPUTS = (
+    "decoder_input_ids", "encoder_attention_mask", "self_keys", "self_values", "cross_keys", "cross_values"
+)
+DECODER_OUTPUTS = ("logits", "present_self_keys", "present_self_values")
+ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
+SPIECE_UNDERLINE = "\u2581"
+DEFAULT_THREADS = 2
+# Rows x longest source per encoder call, beams included: bounds the memory of the caches and the logits.
+DEFAULT_MAX_TOKENS = 6000
+
+
+class ExportDirError(PipelineError):
+    """The directory is not a complete ONNX export with a KV-cached decoder."""
+
+
+# --------------------------------------------------------------------------------------------------- tokenizer
+
+
+class MarianSentencePiece:
+    """MarianTokenizer's ids and text without transformers: SentencePiece pieces mapped through vocab.json.
+
+    encode: pieces of the source model (a leading `>>xx<<` language code kept as one token), each looked up in
+    vocab.json (unknown -> <unk>), then </s>. decode: ids -> pieces (special tokens dropped, as with
+    `skip_special_tokens=True`), pieces -> text with the target model.
+    """
+
+    def __init__(self, model_dir: Path):
+        import sentencepiece as spm
+
+        config = _read_json(model_dir / "tokenizer_config.json")
+        self.vocab: dict[str, int] = _read_json(model_dir / "vocab.json")
+        self.pieces = {i: piece for piece, i in self.vocab.items()}
+        self.source = spm.SentencePieceProcessor(model_file=str(model_dir / "source.spm"))
+        self.target = spm.SentencePieceProcessor(model_file=str(model_dir / "target.spm"))
+        # MarianTokenizer decodes with the source model unless the vocabularies are separate.
+        self.decoder_spm = self.target if config.get("separate_vocabs") else self.source
+        self.eos_token = _token_text(config.get("eos_token", "</s>"))
+        self.unk_token = _token_text(config.get("unk_token", "<unk>"))
+        self.pad_token = _token_text(config.get("pad_token", "<pad>"))
+        self.eos_id, self.unk_id, self.pad_id = (self.vocab[t] for t in (self.eos_token, self.unk_token, self.pad_token))
+        self.special_ids = {self.eos_id, self.unk_id, self.pad_id}
+        self.special_ids.update(int(i) for i in config.get("added_tokens_decoder", {}))
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of a sentence, ending with </s> (untruncated)."""
+        code: list[str] = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        pieces = code + self.source.encode(text, out_type=str)
+        return [self.vocab.get(p, self.unk_id) for p in pieces] + [self.eos_id]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        pieces = []
+        for i in ids:
+            if i in self.special_ids:
+                continue
+            piece = self.pieces.get(i)
+            if piece is None:  # ids outside vocab.json fall back to the SentencePiece model, as in MarianTokenizer
+                piece = self.decoder_spm.id_to_piece(i) if 0 <= i < self.decoder_spm.get_piece_size() else ""
+                piece = piece or self.unk_token
+            pieces.append(piece)
+        return self.decoder_spm.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
+
+
+def _token_text(token: Any) -> str:
+    # tokenizer_config.json stores special tokens either as strings or as AddedToken dicts.
+    return token["content"] if isinstance(token, dict) else str(token)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExportDirError(f"{path} not found: is {path.parent} an export directory (`dvc repro export`)?") from None
+    except json.JSONDecodeError as err:
+        raise ExportDirError(f"{path}: not valid JSON ({err})") from None
+
+
+# --------------------------------------------------------------------------------------------------- runtime
+
+
+def ort_session(path: Path, threads: int = DEFAULT_THREADS) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    start: int
+    eos: int
+    pad: int
+
+
+class OnnxSeq2Seq:
+    """The encoder and KV-cached decoder sessions, called with numpy arrays."""
+
+    def __init__(self, encoder_path: Path, decoder_path: Path, threads: int = DEFAULT_THREADS):
+        self.encoder = ort_session(encoder_path, threads)
+        self.decoder = ort_session(decoder_path, threads)
+        names = [i.name for i in self.decoder.get_inputs()]
+        if tuple(names) != DECODER_INPUTS:
+            raise ExportDirError(
+                f"{decoder_path} has inputs {names}, not the KV-cached decoder's {list(DECODER_INPUTS)}: "
+                "export it again with this version (`dvc repro export`)"
+            )
+        # (layers, heads, head_dim) of the self-attention cache, from the graph's static dims.
+        layers, _, heads, _, head_dim = self.decoder.get_inputs()[2].shape
+        self.cache_dims = (int(layers), int(heads), int(head_dim))
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(last_hidden_state, cross_keys, cross_values)."""
+        hidden, keys, values = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+        return hidden, keys, values
+
+    def empty_cache(self, rows: int) -> np.ndarray:
+        layers, heads, head_dim = self.cache_dims
+        return np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
+
+    def decode(
+        self,
+        decoder_input_ids: np.ndarray,
+        encoder_attention_mask: np.ndarray,
+        self_keys: np.ndarray,
+        self_values: np.ndarray,
+        cross_keys: np.ndarray,
+        cross_values: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(logits, present_self_keys, present_self_values)."""
+        feeds = dict(zip(DECODER_INPUTS, (decoder_input_ids, encoder_attention_mask, self_keys, self_values,
+                                          cross_keys, cross_values), strict=True))
+        logits, keys, values = self.decoder.run(None, feeds)
+        return logits, keys, values
+
+
+# --------------------------------------------------------------------------------------------------- search
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def beam_search(
+    model: OnnxSeq2Seq,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    *,
+    beam: int,
+    max_new_tokens: Sequence[int] | np.ndarray,
+    ids: SpecialIds,
+    length_penalty: float = 1.0,
+) -> list[list[int]]:
+    """Each sentence's best hypothesis (ids up to and including </s>), batch x beam rows decoded together.
+
+    `max_new_tokens` is per sentence; at that step only </s> is allowed. beam=1 is greedy decoding.
+    Sentences leave the batch as soon as they are finished, so a long sentence does not keep short ones' rows busy.
+    """
+    batch = input_ids.shape[0]
+    _, cross_keys, cross_values = model.encode(input_ids, attention_mask)
+    # Row r = sentence * beam + b. All beams of a sentence share its encoder states, so the cross-attention
+    # cache is repeated once and never reordered (reordering moves beams within their sentence).
+    cross_keys = np.repeat(cross_keys, beam, axis=1)
+    cross_values = np.repeat(cross_values, beam, axis=1)
+    encoder_mask = np.repeat(attention_mask, beam, axis=0)
+    self_keys = model.empty_cache(batch * beam)
+    self_values = model.empty_cache(batch * beam)
+
+    sentence = np.arange(batch)  # which input sentence each active slot holds
+    limit = np.minimum(np.asarray(max_new_tokens, dtype=np.int64).reshape(batch), np.iinfo(np.int64).max)
+    # Only the first beam is live at the start; the others would duplicate its continuations.
+    scores = np.full((batch, beam), -1e9, dtype=np.float32)
+    scores[:, 0] = 0.0
+    tokens = np.zeros((batch, beam, 0), dtype=np.int64)
+    last = np.full(batch * beam, ids.start, dtype=np.int64)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    best: list[list[int]] = [[] for _ in range(batch)]
+    keep_candidates = 2 * beam  # enough that `beam` continuations survive even if `beam` of them end in </s>
+
+    step = 0
+    while sentence.size:
+        active = sentence.size
+        logits, self_keys, self_values = model.decode(
+            last[:, None], encoder_mask, self_keys, self_values, cross_keys, cross_values
+        )
+        log_probs = _log_softmax(logits[:, -1, :].astype(np.float32, copy=False))
+        log_probs[:, ids.pad] = -np.inf
+        forced = step + 1 >= limit  # this step produces the sentence's last allowed token: only </s>
+        if forced.any():
+            rows = np.repeat(forced, beam)
+            eos_scores = log_probs[rows, ids.eos].copy()
+            log_probs[rows] = -np.inf
+            log_probs[rows, ids.eos] = eos_scores
+        vocab = log_probs.shape[1]
+
+        total = (scores[:, :, None] + log_probs.reshape(active, beam, vocab)).reshape(active, beam * vocab)
+        top = np.argpartition(-total, keep_candidates - 1, axis=1)[:, :keep_candidates]
+        top_scores = np.take_along_axis(total, top, axis=1)
+        order = np.argsort(-top_scores, axis=1, kind="stable")
+        top, top_scores = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
+        from_beam, token = top // vocab, top % vocab
+        ends = token == ids.eos
+
+        # A hypothesis finishes when it is among the `beam` best candidates and ends in </s>.
+        normaliser = float(step + 1) ** length_penalty
+        for slot, rank in zip(*np.nonzero(ends[:, :beam] & np.isfinite(top_scores[:, :beam])), strict=True):
+            hyp = tokens[slot, from_beam[slot, rank]].tolist() + [ids.eos]
+            finished[sentence[slot]].append((float(top_scores[slot, rank]) / normaliser, hyp))
+
+        # The `beam` best candidates that do not end in </s> continue (stable sort keeps them in score order).
+        survivors = np.argsort(ends, axis=1, kind="stable")[:, :beam]
+        parent = np.take_along_axis(from_beam, survivors, axis=1)
+        scores = np.take_along_axis(top_scores, survivors, axis=1)
+        new_tokens = np.take_along_axis(token, survivors, axis=1)
+        tokens = np.concatenate([tokens[np.arange(active)[:, None], parent], new_tokens[:, :, None]], axis=2)
+        rows = (np.arange(active)[:, None] * beam + parent).reshape(-1)
+        self_keys, self_values = self_keys[:, rows], self_values[:, rows]
+        last = new_tokens.reshape(-1)
+        step += 1
+
+        done = forced.copy()
+        for slot, s in enumerate(sentence):
+            if finished[s]:
+                finished[s].sort(key=lambda h: -h[0])
+                del finished[s][beam:]
+                done[slot] |= len(finished[s]) >= beam
+        if done.any():
+            for s in sentence[done]:
+                best[s] = finished[s][0][1]
+            keep = ~done
+            keep_rows = np.repeat(keep, beam)
+            sentence, limit, scores, tokens = sentence[keep], limit[keep], scores[keep], tokens[keep]
+            last, encoder_mask = last[keep_rows], encoder_mask[keep_rows]
+            self_keys, self_values = self_keys[:, keep_rows], self_values[:, keep_rows]
+            cross_keys, cross_values = cross_keys[:, keep_rows], cross_values[:, keep_rows]
+    return best
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad id lists into (ids, mask) int64 arrays."""
+    length = max(len(r) for r in rows)
+    ids = np.full((len(rows), length), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), length), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices sorted by length and grouped so rows x longest stays within max_tokens (at least one row each)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * max(lengths[i], 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def strip_hypothesis(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    """A hypothesis up to and including its first </s>, without padding."""
+    ids = list(ids)
+    if eos_id in ids:
+        ids = ids[: ids.index(eos_id) + 1]
+    return [t for t in ids if t != pad_id]
+
+
+# --------------------------------------------------------------------------------------------------- translator
+
+
+class Translator:
+    """Translate lines with an export directory; line i of the output is the translation of line i of the input.
+
+    Empty (or blank) lines give empty lines. A line longer than the model's positions (or `max_input_tokens`) is
+    truncated to its first tokens, with a warning naming the line.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        *,
+        int8: bool = False,
+        threads: int = DEFAULT_THREADS,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_input_tokens: int | None = None,
+    ):
+        self.model_dir = Path(model_dir)
+        self.manifest = _read_json(self.model_dir / MANIFEST)
+        if not self.manifest.get("kv_cache"):
+            raise ExportDirError(
+                f"{self.model_dir} holds an export without a KV-cached ONNX decoder: export it again (`dvc repro export`)"
+            )
+        files = self.manifest.get("files", {}).get("onnx_int8" if int8 else "onnx")
+        if not files:
+            what = "int8 ONNX graphs (export.int8: true)" if int8 else "ONNX graphs (export.onnx: true)"
+            raise ExportDirError(f"{self.model_dir} has no {what}")
+        for name in files.values():
+            if not (self.model_dir / name).is_file():
+                raise ExportDirError(f"{self.model_dir / name} not found (listed in {MANIFEST})")
+        self.tokenizer = MarianSentencePiece(self.model_dir)
+        self.model = OnnxSeq2Seq(self.model_dir / files["encoder"], self.model_dir / files["decoder"], threads)
+        self.ids = SpecialIds(
+            start=self.manifest["decoder_start_id"], eos=self.manifest["eos_id"], pad=self.manifest["pad_id"]
+        )
+        self.max_positions = int(self.manifest["dims"]["max_positions"])
+        self.max_input_tokens = min(max_input_tokens or self.max_positions, self.max_positions)
+        self.max_tokens = max_tokens
+        generation = self.manifest.get("generation", {})
+        self.length_penalty = float(generation.get("length_penalty", 1.0))
+        self.max_len_a = float(generation.get("max_len_a", self.manifest.get("max_len", {}).get("a", 1.2)))
+        self.max_len_b = int(generation.get("max_len_b", self.manifest.get("max_len", {}).get("b", 10)))
+
+    def max_new_tokens(self, source_length: int) -> int:
+        """max_len_a * source_length + max_len_b (source length counting </s>), within the decoder's positions."""
+        return max(1, min(int(self.max_len_a * source_length + self.max_len_b), self.max_positions - 1))
+
+    def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int] | None]:
+        """Ids per line (None for a blank line), truncated to max_input_tokens with a warning."""
+        encoded: list[list[int] | None] = []
+        for number, line in enumerate(lines, start=first_line):
+            if not line.strip():
+                encoded.append(None)
+                continue
+            ids = self.tokenizer.encode(line)
+            if len(ids) > self.max_input_tokens:
+                log.warning(
+                    "line %d: %d source tokens, more than the %d the model takes; translating its first %d",
+                    number, len(ids), self.max_input_tokens, self.max_input_tokens,
+                )
+                ids = ids[: self.max_input_tokens - 1] + [self.tokenizer.eos_id]
+            encoded.append(ids)
+        return encoded
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 4,
+                      length_penalty: float | None = None) -> list[list[int]]:
+        """Hypothesis ids (with </s>) per source, in input order, batched by tokens."""
+        penalty = self.length_penalty if length_penalty is None else length_penalty
+        out: list[list[int]] = [[] for _ in sources]
+        for batch in token_batches([len(s) for s in sources], max(self.max_tokens // beam, 1)):
+            rows = [sources[i] for i in batch]
+            input_ids, attention_mask = pad_batch(rows, self.ids.pad)
+            limits = [self.max_new_tokens(len(r)) for r in rows]
+            hyps = beam_search(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
+                               ids=self.ids, length_penalty=penalty)
+            for i, hyp in zip(batch, hyps, strict=True):
+                out[i] = hyp
+        return out
+
+    def translate(self, lines: Sequence[str], beam: int = 4, length_penalty: float | None = None) -> list[str]:
+        if beam < 1:
+            raise ValueError(f"beam must be at least 1, got {beam}")
+        encoded = self.encode(lines)
+        present = [i for i, ids in enumerate(encoded) if ids is not None]
+        hyps = self.translate_ids([encoded[i] for i in present], beam=beam, length_penalty=length_penalty)
+        out = [""] * len(lines)
+        for i, hyp in zip(present, hyps, strict=True):
+            out[i] = self.tokenizer.decode(hyp)
+        return out
+
+
+def read_lines(stream: BinaryIO, name: str = "<stdin>") -> list[str]:
+    """Lines of a UTF-8 byte stream without their line ends; invalid UTF-8 is an error naming the line."""
+    lines = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            bad = raw[err.start : err.start + 1].hex()
+            raise InputFileError(
+                name, f"not valid UTF-8 (byte 0x{bad} at byte {err.start + 1} of the line); convert the input to "
+                "UTF-8 first, e.g. `iconv -f latin1 -t utf-8`", line=number
+            ) from None
+        lines.append(text.rstrip("\r\n"))
+    return lines
