@@ -38,3 +38,9 @@ class ValidationFailed(PipelineError):
 
 class ParityFailed(PipelineError):
     pass
+
+
+class OptionalDependencyMissing(PipelineError):
+    def __init__(self, package: str, needed_for: str, install: str):
+        super().__init__(f"{package} is not installed, and {needed_for}: {install}")
+        self.package = package

@@ -264,10 +264,11 @@ def _example_inputs(sources: list[list[int]], targets: list[list[int]], start_id
 
     src = [sources[i % len(sources)] for i in range(2)]
     tgt = [targets[i % len(targets)] for i in range(2)]
-    longest = max(len(s) for s in src) + 1
-    ids, mask = pad_batch([s + [pad_id] * (longest - len(s)) for s in src], pad_id)
-    mask = (ids != pad_id).astype(np.int64)
-    dec_ids, _ = pad_batch([[start_id, *t[:2]] + [pad_id] * (2 - len(t[:2])) for t in tgt], pad_id)
+    ids, mask = pad_batch(src, pad_id)
+    # One more padded column, so that both rows have a masked position.
+    ids = np.pad(ids, ((0, 0), (0, 1)), constant_values=pad_id)
+    mask = np.pad(mask, ((0, 0), (0, 1)))
+    dec_ids, _ = pad_batch([[start_id, *t[:2]] for t in tgt], pad_id)
     return {
         "input_ids": torch.from_numpy(ids),
         "attention_mask": torch.from_numpy(mask),

@@ -170,7 +170,7 @@ def derive_columns(batch: pa.RecordBatch, measures: Measures, first_row: int = 0
         "tgt_lang": detected_languages(tgt, picked, measures),
     }
     return pa.RecordBatch.from_arrays(
-        [derived[name].cast(dtype) for name, dtype in zip(DERIVED_FILE_SCHEMA.names, DERIVED_FILE_SCHEMA.types)],
+        [derived[field.name].cast(field.type) for field in DERIVED_FILE_SCHEMA],
         schema=DERIVED_FILE_SCHEMA,
     )
 
@@ -368,9 +368,6 @@ def run_checkpoint(params: Params, split_files: dict[str, Path], site_dir: Path,
         pandas_execution_engine.HASH_THRESHOLD = threshold
     by_split = {r.suite_name: r for r in result.run_results.values()}
     return [by_split[split] for split in split_files]
-
-
-# --- summarising results ---------------------------------------------------------------------------------
 
 
 # --- summarising results ---------------------------------------------------------------------------------
