@@ -8,32 +8,42 @@ Opening a corpus is two memory maps; sentence i is `tokens[offsets[i]:offsets[i+
 from __future__ import annotations
 
 import json
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 
+def flatten(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ids -> (all ids back to back, each sequence's length), without a Python loop per token."""
+    lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+    flat = np.fromiter(chain.from_iterable(sequences), dtype=np.int64, count=int(lengths.sum()))
+    return flat, lengths
+
+
 class TokenArrayWriter:
-    """Append token-id sequences to `<prefix>.bin` and write the `<prefix>.idx` offsets on close."""
+    """Append token-id sequences to `<prefix>.bin` and write the `<prefix>.idx.npy` offsets on close."""
 
     def __init__(self, prefix: Path, dtype: np.dtype):
         self.prefix, self.dtype = prefix, np.dtype(dtype)
         self._bin = open(_with(prefix, ".bin"), "wb")
-        self._offsets = [0]
+        self._ends: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
 
     def add(self, sequences: list[list[int]]) -> None:
-        if not sequences:
+        self.add_flat(*flatten(sequences))
+
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        if not len(lengths):
             return
-        flat = np.fromiter((t for seq in sequences for t in seq), dtype=self.dtype)
-        self._bin.write(flat.tobytes())
-        ends = np.cumsum([len(s) for s in sequences]) + self._offsets[-1]
-        self._offsets.extend(ends.tolist())
+        self._bin.write(flat.astype(self.dtype, copy=False).tobytes())
+        self._ends.append(np.cumsum(lengths) + self._ends[-1][-1])
 
     def close(self) -> int:
         self._bin.close()
-        np.save(_with(self.prefix, ".idx.npy"), np.asarray(self._offsets, dtype=np.int64))
-        return len(self._offsets) - 1
+        offsets = np.concatenate(self._ends)
+        np.save(_with(self.prefix, ".idx.npy"), offsets)
+        return len(offsets) - 1
 
 
 @dataclass

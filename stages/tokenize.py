@@ -23,7 +23,7 @@ from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import iter_pair_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import Params
-from pipeline.token_arrays import TokenArrayWriter, token_dtype
+from pipeline.token_arrays import TokenArrayWriter, flatten, token_dtype
 
 log = logging.getLogger("mtpipe.tokenize")
 
@@ -116,14 +116,25 @@ def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, src_lang: st
         tokenizer.save_pretrained(tmp)
 
 
-Encoder = Callable[[list[str]], list[list[int]]]
+# texts -> (ids of every sentence back to back, each ending in </s>; the length of each sentence)
+Encoder = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
+
+
+def append_eos(flat: np.ndarray, lengths: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Insert </s> after every sequence of a flat id array, vectorised (no per-sentence list copies)."""
+    ends = np.cumsum(lengths + 1)
+    out = np.full(int(ends[-1]) if len(ends) else 0, eos_id, dtype=flat.dtype)
+    body = np.ones(len(out), dtype=bool)
+    body[ends - 1] = False
+    out[body] = flat
+    return out, lengths + 1
 
 
 def spm_encoder(model_file: Path, eos_id: int, threads: int) -> Encoder:
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
-    return lambda texts: [ids + [eos_id] for ids in sp.encode(texts, num_threads=threads)]
+    return lambda texts: append_eos(*flatten(sp.encode(texts, num_threads=threads)), eos_id)
 
 
 def pretrained_tokenizer(params: Params, out_dir: Path) -> tuple[dict[str, Any], dict[str, Encoder]]:
@@ -134,9 +145,9 @@ def pretrained_tokenizer(params: Params, out_dir: Path) -> tuple[dict[str, Any],
     tokenizer.save_pretrained(out_dir / "hf_tokenizer")
     meta = {"vocab_size": len(tokenizer), "pad_id": tokenizer.pad_token_id, "eos_id": tokenizer.eos_token_id,
             "unk_id": tokenizer.unk_token_id, "tokenizer": params.model.name_or_path}
-    encoders: dict[str, Encoder] = {
-        "src": lambda texts: tokenizer(texts).input_ids,
-        "tgt": lambda texts: tokenizer(text_target=texts).input_ids,
+    encoders: dict[str, Encoder] = {  # the tokenizer appends </s> itself
+        "src": lambda texts: flatten(tokenizer(texts).input_ids),
+        "tgt": lambda texts: flatten(tokenizer(text_target=texts).input_ids),
     }
     return meta, encoders
 
@@ -177,17 +188,17 @@ def encode_split(
     lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
     unknown = total = overlong = 0
     for batch in iter_pair_batches(parquet, ["src", "tgt"]):
-        ids = {side: encoders[side](batch.column(side).to_pylist()) for side in SIDES}
-        n = {side: np.fromiter(map(len, ids[side]), dtype=np.int64, count=len(batch)) for side in SIDES}
-        too_long = (n["src"] > max_len) | (n["tgt"] > max_len)
+        encoded = {side: encoders[side](batch.column(side).to_pylist()) for side in SIDES}
+        too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
         overlong += int(too_long.sum())
-        keep = ~too_long if drop else np.ones(len(batch), dtype=bool)
         for side in SIDES:
-            kept = [seq for seq, k in zip(ids[side], keep, strict=True) if k]
-            writers[side].add(kept)
-            lengths[side].append(n[side][keep])
-            total += int(n[side][keep].sum())
-            unknown += sum(seq.count(unk_id) for seq in kept)
+            flat, n = encoded[side]
+            if drop and too_long.any():
+                flat, n = flat[np.repeat(~too_long, n)], n[~too_long]
+            writers[side].add_flat(flat, n)
+            lengths[side].append(n)
+            total += int(n.sum())
+            unknown += int(np.count_nonzero(flat == unk_id))
     rows = {side: writers[side].close() for side in SIDES}
     return {
         "pairs": rows["src"],

@@ -1,0 +1,156 @@
+"""Benchmark: the tokenize stage's encoding path against raw SentencePiece on the same lines, in one run.
+
+    .venv/bin/python bench/tokenize.py [--pairs 1000000] [--repeats 3]
+
+Builds a corpus of `--pairs` training pairs from Multi30k train (replicas with small perturbations, as in
+bench/data_prep.py) as cleaned Parquet, trains a SentencePiece model once (not timed), then times
+- stage:    `stages.tokenize.encode_split` end to end: read Parquet batches, encode both sides, write arrays;
+- raw:      `SentencePieceProcessor.encode(lines, num_threads=...)` on the same lines already in memory;
+and opening the encoded corpus (`TokenArray.open`, memory-mapped). Medians of `--repeats` runs.
+Goal (printed, not asserted): stage >= 0.8x raw pairs/s. Last line: one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# This file is named like the stdlib's `tokenize` (which pandas imports): keep bench/ off the import path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"]
+sys.path.insert(0, str(REPO))
+
+
+def _data_prep():
+    """bench/data_prep.py (a script, not a package): its corpus replication is reused here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("data_prep", REPO / "bench" / "data_prep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+GOAL_RATIO = 0.8
+
+
+def build_corpus(pairs: int, multi30k: Path, out: Path, seed: int = 1) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.corpus import PAIR_SCHEMA
+
+    data_prep = _data_prep()
+    src0, tgt0 = (data_prep.read_gz_lines(multi30k / f"train.{lang}.gz") for lang in ("en", "de"))
+    src, tgt = [], []
+    for n in range(pairs):
+        k, i = divmod(n, len(src0))
+        s, t = (src0[i], tgt0[i]) if k == 0 else data_prep.perturb(src0[i], tgt0[i], k, seed)
+        src.append(s)
+        tgt.append(t)
+    path = out / "train.parquet"
+    table = pa.table({"src": src, "tgt": tgt, "origin": ["bench"] * pairs, "line": list(range(1, pairs + 1))},
+                     schema=PAIR_SCHEMA)
+    pq.write_table(table, path, row_group_size=65_536)
+    return path
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--multi30k", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    args = parser.parse_args()
+    if not (args.multi30k / "train.en.gz").exists():
+        sys.exit(f"Multi30k not found in {args.multi30k} (use --multi30k DIR)")
+
+    import numpy as np
+    import sentencepiece as spm
+
+    from pipeline.corpus import read_pairs
+    from pipeline.params import parse
+    from pipeline.token_arrays import TokenArray
+    from stages.tokenize import encode_split, spm_encoder, train_spm
+
+    threads = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        t0 = time.perf_counter()
+        parquet = build_corpus(args.pairs, args.multi30k, root)
+        build_s = time.perf_counter() - t0
+        params = parse({"tokenize": {"vocab_size": args.vocab_size, "input_sentence_size": 200_000}})
+        t0 = time.perf_counter()
+        model = train_spm(params, parquet, root / "spm.model", ("src", "tgt"))
+        train_s = time.perf_counter() - t0
+        sp = spm.SentencePieceProcessor(model_file=str(model))
+        eos = sp.piece_to_id("</s>")
+        encoders = {side: spm_encoder(model, eos, threads) for side in ("src", "tgt")}
+        src, tgt = read_pairs(parquet)
+        (root / "meta.json").write_text(json.dumps({"dtype": "uint16"}))
+
+        raw_s, stage_s = [], []
+        for _ in range(args.repeats):  # interleaved, so both see the same machine state
+            t0 = time.perf_counter()
+            sp.encode(src, num_threads=threads)
+            sp.encode(tgt, num_threads=threads)
+            raw_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            stats = encode_split(encoders, parquet, root / "train", "uint16", sp.piece_to_id("<unk>"), 10**6, False)
+            stage_s.append(time.perf_counter() - t0)
+        del src, tgt
+
+        rss_before_open = rss_mb()
+        t0 = time.perf_counter()
+        arrays = TokenArray.open(root / "train.src")
+        open_s = time.perf_counter() - t0
+        lengths = arrays.lengths
+        sample = int(np.asarray(arrays[len(arrays) - 1]).sum())  # touch the last sentence through the map
+        disk_mb = sum(p.stat().st_size for p in root.glob("train.*")) / 2**20
+
+    raw, stage = statistics.median(raw_s), statistics.median(stage_s)
+    figures = {
+        "pairs": args.pairs,
+        "threads": threads,
+        "vocab_size": sp.get_piece_size() + 1,
+        "raw_pairs_per_s": round(args.pairs / raw),
+        "stage_pairs_per_s": round(args.pairs / stage),
+        "ratio_stage_to_raw": round(raw / stage, 3),
+        "raw_seconds": [round(s, 2) for s in raw_s],
+        "stage_seconds": [round(s, 2) for s in stage_s],
+        "open_seconds": round(open_s, 4),
+        "encoded_mb_on_disk": round(disk_mb, 1),
+        "mean_src_tokens": stats["src_tokens"]["mean"],
+        "corpus_build_seconds": round(build_s, 1),
+        "spm_train_seconds": round(train_s, 1),
+        "peak_rss_mb": round(rss_mb(), 1),
+        "rss_before_open_mb": round(rss_before_open, 1),
+        "goal_ratio": GOAL_RATIO,
+        "goal_met": raw / stage >= GOAL_RATIO,
+        "python": platform.python_version(),
+        "sentencepiece": spm.__version__,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(f"pairs {args.pairs:,}, {threads} threads, vocab {figures['vocab_size']}, medians of {args.repeats} runs")
+    print(f"  raw sentencepiece encode : {figures['raw_pairs_per_s']:>10,} pairs/s  {raw_s}")
+    print(f"  stage encode (end to end): {figures['stage_pairs_per_s']:>10,} pairs/s  {stage_s}")
+    print(f"  ratio stage/raw          : {figures['ratio_stage_to_raw']:.3f}  "
+          f"(goal >= {GOAL_RATIO}: {'PASS' if figures['goal_met'] else 'MISS'})")
+    print(f"  open encoded corpus      : {open_s * 1000:.1f} ms ({len(lengths):,} sentences, {disk_mb:.0f} MB on disk,"
+          f" last sentence id sum {sample})")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
