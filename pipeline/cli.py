@@ -118,6 +118,49 @@ def flow_command(args: argparse.Namespace) -> int:
     return 0 if state.is_completed() else 1
 
 
+def _add_translate_parser(sub: argparse._SubParsersAction) -> None:
+    tr_p = sub.add_parser(
+        "translate",
+        help="translate stdin to stdout, line by line, with an exported model",
+        description="Translate UTF-8 lines from stdin to stdout (line i -> line i; empty lines "
+        "stay empty) with the ONNX graphs of an export directory, on ONNX Runtime.",
+    )
+    tr_p.add_argument("--model", default=str(Paths().export), help="export directory (default: %(default)s)")
+    tr_p.add_argument("--beam", type=int, default=None, help="beam size; 1 is greedy (default: the export's)")
+    tr_p.add_argument("--length-penalty", type=float, default=None, help="default: the export's")
+    tr_p.add_argument("--int8", action="store_true", help="use the int8 graphs (export.int8: true)")
+    tr_p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads (default: %(default)s)")
+    tr_p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=6000,
+        help="rows x longest source per batch, beams included (default: %(default)s)",
+    )
+
+
+def translate(args: argparse.Namespace) -> int:
+    import logging
+
+    from pipeline.errors import PipelineError
+    from pipeline.translate import Translator, read_lines
+
+    logging.basicConfig(level=logging.WARNING, format="mtpipe translate: %(levelname)s: %(message)s")
+    try:
+        if args.beam is not None and args.beam < 1:
+            raise PipelineError(f"--beam must be at least 1, got {args.beam}")
+        lines = read_lines(sys.stdin.buffer)
+        translator = Translator(args.model, int8=args.int8, threads=args.threads, max_tokens=args.max_tokens)
+        beam = args.beam or translator.manifest.get("generation", {}).get("beam", 4)
+        out = translator.translate(lines, beam=beam, length_penalty=args.length_penalty)
+    except PipelineError as err:
+        print(f"mtpipe translate: {err}", file=sys.stderr)
+        return 1
+    # Bytes, so the output is UTF-8 whatever the locale says.
+    sys.stdout.buffer.write("".join(line + "\n" for line in out).encode("utf-8"))
+    sys.stdout.flush()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtpipe", description="Reproducible MT training pipeline over one DVC DAG.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     stage_p = sub.add_parser("stage", help="run one stage directly, outside DVC")
     stage_p.add_argument("name", choices=STAGES)
     _add_flow_parser(sub)
+    _add_translate_parser(sub)
     args = parser.parse_args(argv)
     paths = Paths()
 
@@ -150,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "stage":
         return subprocess.run([sys.executable, "-m", f"stages.{args.name}"]).returncode
+    if args.command == "translate":
+        return translate(args)
     # run
     try:
         load("params.yaml")  # fail on bad params before DVC starts anything

@@ -29,7 +29,9 @@ class HubUnreachable(PipelineError):
 
 class MissingArtifact(PipelineError):
     def __init__(self, path: object, produced_by: str):
-        super().__init__(f"{path} not found: it is produced by the '{produced_by}' stage (run `dvc repro {produced_by}`)")
+        super().__init__(
+            f"{path} not found: it is produced by the '{produced_by}' stage (run `dvc repro {produced_by}`)"
+        )
 
 
 class ValidationFailed(PipelineError):

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,14 +66,21 @@ def read_stage_graph(project_dir: str | Path) -> dict[str, list[str]]:
     from dvc.repo import Repo
     from dvc.stage import PipelineStage
 
-    with Repo(str(project_dir)) as repo:
+    with warnings.catch_warnings(), Repo(str(project_dir)) as repo:
+        warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own use of a deprecated pygtrie API
         index = repo.index
         stages = [s for s in index.stages if isinstance(s, PipelineStage)]
-        position = {s.addressing: i for i, s in enumerate(stages)}
+
+        def address(stage: PipelineStage) -> str:
+            # What `dvc repro` accepts when run from the project root (DVC's own `addressing` is cwd-relative).
+            dvcfile = Path(os.path.relpath(stage.path, repo.root_dir)).as_posix()
+            return stage.name if dvcfile == "dvc.yaml" else f"{dvcfile}:{stage.name}"
+
+        position = {address(s): i for i, s in enumerate(stages)}
         # DVC's graph points from a stage to the stages whose outputs it reads.
         return {
-            s.addressing: sorted(
-                (up.addressing for up in index.graph.successors(s) if up.addressing in position),
+            address(s): sorted(
+                (address(up) for up in index.graph.successors(s) if isinstance(up, PipelineStage)),
                 key=position.__getitem__,
             )
             for s in stages
@@ -108,9 +116,15 @@ class CommandOutput:
     lines: list[str] = field(default_factory=list)
 
     def error_lines(self) -> list[str]:
-        """The lines that say what went wrong, else the last lines printed."""
-        errors = [line for line in self.lines if _is_error(line)]
-        return (errors or self.lines)[-ERROR_TAIL_LINES:]
+        """What went wrong: from the first error line on (its detail often follows it), else the last lines."""
+        first = next((i for i, line in enumerate(self.lines) if _is_error(line)), None)
+        if first is None:
+            return self.lines[-ERROR_TAIL_LINES:]
+        block = self.lines[first:]
+        if len(block) <= ERROR_TAIL_LINES:
+            return block
+        half = ERROR_TAIL_LINES // 2
+        return [*block[:half], "...", *block[-half:]]
 
 
 def dvc_executable() -> str:
@@ -236,6 +250,7 @@ def pipeline(project_dir: str = ".", push: bool = False) -> dict[str, str]:
     root = str(Path(project_dir).resolve())
     order = stage_order(read_stage_graph(root))
     logger.info("DAG from DVC: %s", " -> ".join(order))
+    # One stage at a time: DVC locks the project while it reproduces a stage.
     outcomes = {stage: stage_task(stage)(root, stage) for stage in order}
     logger.info("stages: %s", ", ".join(f"{stage}={outcome}" for stage, outcome in outcomes.items()))
     if push:
@@ -264,7 +279,8 @@ def format_override(key: str, value: Any) -> str:
 def exp_run_args(overrides: Mapping[str, Any], name: str | None) -> list[str]:
     args = ["exp", "run", "--temp"]
     for key, value in overrides.items():
-        args += ["-S", format_override(key, value)]
+        # `++`: set the key whether or not params.yaml spells it out (the schema gives every key a default).
+        args += ["-S", "++" + format_override(key, value)]
     if name:
         args += ["-n", name]
     return args
@@ -295,7 +311,7 @@ class ExperimentReport:
         lines += [f"| {split} | {s['bleu']:.2f} | {s['chrf']:.2f} |" for split, s in self.scores.items()]
         speed = f"{self.tgt_tokens_per_s:,.1f}" if self.tgt_tokens_per_s is not None else "n/a"
         train = f"{self.train_seconds:.1f} s" if self.train_seconds is not None else "n/a"
-        lines += ["", f"- train throughput: {speed} target tokens/s (training wall time {train})",
+        lines += ["", f"- train throughput: {speed} target tokens/s (training time {train})",
                   f"- experiment wall time (`dvc exp run`): {self.wall_seconds:.1f} s"]
         return "\n".join(lines) + "\n"
 
@@ -318,7 +334,7 @@ def experiment_report(name: str, overrides: Mapping[str, Any], metrics: Mapping[
     training = metrics.get(str(paths.metrics("train")), {})
     scores = {split: {"bleu": float(r["bleu"]), "chrf": float(r["chrf"])} for split, r in evaluation.items()}
     speed = training.get("tgt_tokens_per_s")
-    seconds = training.get("wall_seconds")
+    seconds = training.get("train_seconds", training.get("wall_seconds"))
     return ExperimentReport(
         name=name, overrides=dict(overrides), scores=scores,
         tgt_tokens_per_s=float(speed) if speed is not None else None,

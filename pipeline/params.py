@@ -128,8 +128,7 @@ class DataParams(_Section):
             pair = {self.src_lang, self.tgt_lang}
             if "en" not in pair or not (pair - {"en"}) <= WMT14_PAIRS:
                 raise ValueError(
-                    f"WMT14 has no {self.src_lang}-{self.tgt_lang} pair; it pairs en with one of "
-                    f"{sorted(WMT14_PAIRS)}"
+                    f"WMT14 has no {self.src_lang}-{self.tgt_lang} pair; it pairs en with one of {sorted(WMT14_PAIRS)}"
                 )
         return self
 
@@ -230,7 +229,9 @@ class ModelParams(_Section):
             raise ValueError("init 'pretrained' needs model.name_or_path")
         arch = self.architecture()
         if arch["d_model"] % arch["attention_heads"]:
-            raise ValueError(f"d_model ({arch['d_model']}) must be divisible by attention_heads ({arch['attention_heads']})")
+            raise ValueError(
+                f"d_model ({arch['d_model']}) must be divisible by attention_heads ({arch['attention_heads']})"
+            )
         return self
 
     def architecture(self) -> dict[str, Any]:
@@ -244,7 +245,8 @@ class ModelParams(_Section):
 
 
 class TrainParams(_Section):
-    max_steps: int = Field(1000, ge=1)
+    # Limits: training stops at whichever comes first. max_minutes counts training time across resumes.
+    max_steps: int = Field(1000, ge=1)  # optimizer updates (a skipped non-finite update does not count)
     max_epochs: int | None = Field(None, ge=1)
     max_minutes: float | None = Field(None, gt=0)
     lr: float = Field(7e-4, gt=0, le=1.0)
@@ -253,14 +255,28 @@ class TrainParams(_Section):
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(1.0, ge=0)
     max_tokens: int = Field(4096, ge=16)
+    # Micro-batches of max_tokens accumulated per process into one update (gradient accumulation): an update sees
+    # nproc x update_freq batches; DDP all-reduces the gradients once, after the last micro-batch.
+    update_freq: int = Field(1, ge=1)
     # Longest sequence (tokens, incl. </s>) fed to the model; longer pairs are truncated and counted.
     max_len: int = Field(256, ge=8)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # Updates with a non-finite gradient are skipped and counted; this many in a row stop training with an error.
+    max_bad_steps: int = Field(16, ge=1)
     nproc: int | Literal["auto"] = Field(1)
     threads: int | None = Field(None, ge=1)
     seed: int = Field(1, ge=0)
     log_every: int = Field(10, ge=1)
     valid_every: int = Field(200, ge=1)
+    # Greedy-decoded BLEU on a seeded sample of this many valid pairs at every validation (0 switches it off).
+    valid_bleu_sentences: int = Field(200, ge=0)
+    # Early stopping: stop after this many validations in a row without a lower valid loss; null never stops early.
+    patience: int | None = Field(None, ge=1)
+    # models/checkpoints/last.pt (everything needed to resume exactly) is rewritten every save_every updates.
+    save_every: int = Field(500, ge=1)
+    # models/final: 1 = the weights with the best valid loss; K > 1 = the average of the last K checkpoints
+    # (one every save_every updates, plus the final update's).
+    average_last: int = Field(1, ge=1)
 
     @field_validator("nproc")
     @classmethod
@@ -272,20 +288,38 @@ class TrainParams(_Section):
 
 class EvaluateParams(_Section):
     beam: int = Field(4, ge=1, le=64)
+    # Finished hypotheses are ranked by sum(log p) / length ** length_penalty (transformers' convention).
     length_penalty: float = Field(1.0, ge=0.0)
     # Maximum output length = max_len_a * source_length + max_len_b (fairseq convention).
     max_len_a: float = Field(1.2, ge=0)
     max_len_b: int = Field(10, ge=1)
     max_tokens: int = Field(2000, ge=16)
+    # Sentences listed in reports/eval/report.md at each end of the sentence-BLEU ranking, per test set.
+    report_sentences: int = Field(5, ge=0, le=1000)
 
 
 class ExportParams(_Section):
     onnx: bool = True
+    # int8 copies of the ONNX graphs (onnxruntime dynamic quantisation); reported by the parity check, not gated.
+    int8: bool = False
+    # Legacy format: torch deprecates TorchScript.
     torchscript: bool = True
+    # A CTranslate2 model directory as well (needs the optional `ct2` dependencies).
+    ctranslate2: bool = False
+    ctranslate2_quantization: Literal[
+        "float32", "int8", "int8_float32", "int16", "float16", "int8_float16", "bfloat16", "int8_bfloat16"
+    ] = "int8"
     opset: int = Field(18, ge=14)
     parity_sentences: int = Field(64, ge=1)
     max_logit_diff: float = Field(1e-4, gt=0)
     min_identical: float = Field(0.99, ge=0, le=1)
+    max_bleu_delta: float = Field(0.1, ge=0)
+
+    @model_validator(mode="after")
+    def _int8_needs_onnx(self) -> ExportParams:
+        if self.int8 and not self.onnx:
+            raise ValueError("int8 quantises the ONNX graphs: it needs onnx: true")
+        return self
 
 
 class Params(_Section):

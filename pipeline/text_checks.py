@@ -88,6 +88,14 @@ def _py3langid() -> Any:
     return LanguageIdentifier.from_model_file(MODEL_FILE)
 
 
+def forget_language_model() -> None:
+    """Drop the cached model (once no detector uses it), so its memory can go back before a memory-heavy step."""
+    import gc
+
+    _py3langid.cache_clear()
+    gc.collect()
+
+
 class LanguageDetector:
     """py3langid (a naive Bayes model that ships inside the wheel: no download) restricted to candidate languages.
 

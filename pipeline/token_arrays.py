@@ -8,8 +8,8 @@ Opening a corpus is two memory maps; sentence i is `tokens[offsets[i]:offsets[i+
 from __future__ import annotations
 
 import json
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np

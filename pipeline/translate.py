@@ -3,27 +3,35 @@
     from pipeline.translate import Translator
     Translator("models/export").translate(["A dog runs.", "", "Two men talk."], beam=4)
 
-The export stage writes two graphs whose inputs and outputs are named below (and recorded in `export.json`):
+The export stage writes two graphs (names recorded in `export.json`; caches are one tensor per decoder layer and
+kind, shaped (rows, heads, length, head_dim); `batch` counts sentences, `rows` hypotheses: sentences x beams, the
+beams of sentence s at rows s * beam ... s * beam + beam - 1):
 
     encoder.onnx  input_ids, attention_mask (batch, src_len) int64
-                  -> last_hidden_state (batch, src_len, d_model),
-                     cross_keys, cross_values (layers, batch, heads, src_len, head_dim)
-    decoder.onnx  decoder_input_ids (batch, new_len), encoder_attention_mask (batch, src_len),
-                  self_keys, self_values (layers, batch, heads, past_len, head_dim), cross_keys, cross_values
-                  -> logits (batch, new_len, vocab),
-                     present_self_keys, present_self_values (layers, batch, heads, past_len + new_len, head_dim)
+                  -> last_hidden_state (batch, src_len, d_model), cross_key_0, cross_value_0, ... (batch rows)
+    decoder.onnx  decoder_input_ids (rows, new_len), encoder_attention_mask (batch, src_len),
+                  self_key_0, self_value_0, ... (rows, past_len long), cross_key_0, cross_value_0, ... (batch rows)
+                  -> logits (rows, new_len, vocab),
+                     next_log_probs, next_ids (rows, candidates): the best next tokens after the last position,
+                        best first, with their log-softmax (<pad> may be among them: the search drops it),
+                     present_self_key_0, present_self_value_0, ... (rows, past_len + new_len long)
 
 The encoder also projects its states into every decoder layer's cross-attention keys and values, once per
-sentence; the decoder takes the self-attention keys and values of the tokens decoded so far and returns them
-extended by the new ones. A decoding step therefore feeds one token per row and costs O(length), not the whole
-prefix again. The first step passes an empty (past_len 0) cache.
+sentence, and they stay one per sentence (a sentence's beams attend to them together). The decoder takes the
+self-attention keys and values of the tokens decoded so far and returns them extended by the new ones, so a
+decoding step feeds one token per row and costs O(length), not the whole prefix again; the first step passes an
+empty (past_len 0) cache. Beam search only needs each row's 2 x beam + 1 best next tokens (see
+candidates_for_beam), which the graph returns for the beam it was exported for (ONNX Runtime's TopK is much faster
+than numpy over the vocabulary); searching asks for those and the caches only, so the full logits are neither
+copied out nor sorted. A wider beam takes its candidates from the logits, with the same result.
 
 Search follows transformers' `generate` for Marian, so ONNX and PyTorch decode the same way: decoding starts from
-<pad>, <pad> is never emitted, </s> is forced at the length limit, and beam search keeps the 2 x beam best
-continuations, finishes a hypothesis when one of the `beam` best ends in </s>, scores finished hypotheses by
-sum(log p) / length ** length_penalty (length counting </s>) and stops a sentence once it has `beam` finished
-hypotheses (`early_stopping=True`). Unlike `generate`, the length limit (max_len_a * source_length + max_len_b) is
-per sentence, so a translation does not depend on which other sentences share its batch.
+<pad>, <pad> is never emitted, </s> is forced at the length limit (scored log p = 0, as transformers' forced-EOS
+processor does), and beam search keeps the 2 x beam best continuations, finishes a hypothesis when one of the
+`beam` best ends in </s>, scores finished hypotheses by sum(log p) / length ** length_penalty (length counting </s>)
+and stops a sentence once it has `beam` finished hypotheses (`early_stopping=True`). The length limit
+(max_len_a * source_length + max_len_b) is per sentence, so a translation does not depend on which other sentences
+share its batch (the evaluate stage applies the same per-sentence limit to `generate`).
 
 Tokenization is the transformers MarianTokenizer's, reimplemented over the SentencePiece models and vocab.json of
 the export directory (transformers is a 1-2 s import and this path must start fast).
@@ -49,17 +57,40 @@ log = logging.getLogger("mtpipe.translate")
 
 MANIFEST = "export.json"
 ENCODER_INPUTS = ("input_ids", "attention_mask")
-ENCODER_OUTPUTS = ("last_hidden_state", "cross_keys", "cross_values")
-DECODER_INPUTS = (
-    "decoder_input_ids", "encoder_attention_mask", "self_keys", "self_values", "cross_keys", "cross_values"
-)
-DECODER_OUTPUTS = ("logits", "present_self_keys", "present_self_values")
+DECODER_FIRST_INPUTS = ("decoder_input_ids", "encoder_attention_mask")
+DECODER_FIRST_OUTPUTS = ("logits", "next_log_probs", "next_ids")
 ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
 SPIECE_UNDERLINE = "\u2581"
 DEFAULT_THREADS = 2
 # Rows x longest source per encoder call, beams included: bounds the memory of the caches and the logits.
 DEFAULT_MAX_TOKENS = 6000
+
+# A cache is a list of per-layer arrays in graph order: [key_0, value_0, key_1, value_1, ...].
+Cache = list[np.ndarray]
+
+
+def candidates_for_beam(beam: int) -> int:
+    """Next tokens per row a beam search of this width needs: its sentence keeps the 2 x beam best continuations,
+    none of which can lie outside its row's 2 x beam best, and <pad> may take one place."""
+    return 2 * beam + 1
+
+
+def cache_names(prefix: str, layers: int) -> list[str]:
+    """[f"{prefix}_key_0", f"{prefix}_value_0", ...]: the graphs' cache inputs/outputs of one kind."""
+    return [f"{prefix}_{part}_{layer}" for layer in range(layers) for part in ("key", "value")]
+
+
+def encoder_outputs(layers: int) -> list[str]:
+    return ["last_hidden_state", *cache_names("cross", layers)]
+
+
+def decoder_inputs(layers: int) -> list[str]:
+    return [*DECODER_FIRST_INPUTS, *cache_names("self", layers), *cache_names("cross", layers)]
+
+
+def decoder_outputs(layers: int) -> list[str]:
+    return [*DECODER_FIRST_OUTPUTS, *cache_names("present_self", layers)]
 
 
 class ExportDirError(PipelineError):
@@ -74,7 +105,8 @@ class MarianSentencePiece:
 
     encode: pieces of the source model (a leading `>>xx<<` language code kept as one token), each looked up in
     vocab.json (unknown -> <unk>), then </s>. decode: ids -> pieces (special tokens dropped, as with
-    `skip_special_tokens=True`), pieces -> text with the target model.
+    `skip_special_tokens=True`), pieces -> text with the SentencePiece model MarianTokenizer decodes with (the
+    source one, unless the vocabularies are separate).
     """
 
     def __init__(self, model_dir: Path):
@@ -90,7 +122,9 @@ class MarianSentencePiece:
         self.eos_token = _token_text(config.get("eos_token", "</s>"))
         self.unk_token = _token_text(config.get("unk_token", "<unk>"))
         self.pad_token = _token_text(config.get("pad_token", "<pad>"))
-        self.eos_id, self.unk_id, self.pad_id = (self.vocab[t] for t in (self.eos_token, self.unk_token, self.pad_token))
+        self.eos_id, self.unk_id, self.pad_id = (
+            self.vocab[t] for t in (self.eos_token, self.unk_token, self.pad_token)
+        )
         self.special_ids = {self.eos_id, self.unk_id, self.pad_id}
         self.special_ids.update(int(i) for i in config.get("added_tokens_decoder", {}))
 
@@ -149,45 +183,66 @@ class SpecialIds:
     pad: int
 
 
+@dataclass(frozen=True)
+class DecoderStep:
+    """The decoder's outputs. `logits` is None unless asked for; a runtime without next-token candidates (None)
+    leaves the search to pick them from the logits."""
+
+    logits: np.ndarray | None
+    self_cache: Cache
+    next_log_probs: np.ndarray | None = None
+    next_ids: np.ndarray | None = None
+
+
 class OnnxSeq2Seq:
     """The encoder and KV-cached decoder sessions, called with numpy arrays."""
 
     def __init__(self, encoder_path: Path, decoder_path: Path, threads: int = DEFAULT_THREADS):
         self.encoder = ort_session(encoder_path, threads)
         self.decoder = ort_session(decoder_path, threads)
-        names = [i.name for i in self.decoder.get_inputs()]
-        if tuple(names) != DECODER_INPUTS:
+        inputs = self.decoder.get_inputs()
+        self.layers = sum(i.name.startswith("self_key_") for i in inputs)
+        names = [i.name for i in inputs]
+        if not self.layers or names != decoder_inputs(self.layers):
             raise ExportDirError(
-                f"{decoder_path} has inputs {names}, not the KV-cached decoder's {list(DECODER_INPUTS)}: "
-                "export it again with this version (`dvc repro export`)"
+                f"{decoder_path} has inputs {names}, not a KV-cached decoder's: export it again with this version "
+                "(`dvc repro export`)"
             )
-        # (layers, heads, head_dim) of the self-attention cache, from the graph's static dims.
-        layers, _, heads, _, head_dim = self.decoder.get_inputs()[2].shape
-        self.cache_dims = (int(layers), int(heads), int(head_dim))
+        # (heads, head_dim) of the caches, from the graph's static dims.
+        _, heads, _, head_dim = inputs[len(DECODER_FIRST_INPUTS)].shape
+        self.heads, self.head_dim = int(heads), int(head_dim)
+        self.self_cache_names = cache_names("self", self.layers)
+        self.cross_cache_names = cache_names("cross", self.layers)
+        self.search_outputs = ["next_log_probs", "next_ids", *cache_names("present_self", self.layers)]
+        # Next-token candidates per row the graph returns (a static dim).
+        self.candidates = int(self.decoder.get_outputs()[DECODER_FIRST_OUTPUTS.index("next_ids")].shape[1])
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(last_hidden_state, cross_keys, cross_values)."""
-        hidden, keys, values = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return hidden, keys, values
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, Cache]:
+        """(last_hidden_state, cross cache)."""
+        hidden, *cross = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+        return hidden, cross
 
-    def empty_cache(self, rows: int) -> np.ndarray:
-        layers, heads, head_dim = self.cache_dims
-        return np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
+    def empty_cache(self, rows: int) -> Cache:
+        return [np.zeros((rows, self.heads, 0, self.head_dim), dtype=np.float32) for _ in self.self_cache_names]
 
     def decode(
         self,
         decoder_input_ids: np.ndarray,
         encoder_attention_mask: np.ndarray,
-        self_keys: np.ndarray,
-        self_values: np.ndarray,
-        cross_keys: np.ndarray,
-        cross_values: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(logits, present_self_keys, present_self_values)."""
-        feeds = dict(zip(DECODER_INPUTS, (decoder_input_ids, encoder_attention_mask, self_keys, self_values,
-                                          cross_keys, cross_values), strict=True))
-        logits, keys, values = self.decoder.run(None, feeds)
-        return logits, keys, values
+        self_cache: Cache,
+        cross_cache: Cache,
+        logits: bool = True,
+    ) -> DecoderStep:
+        """One decoder pass. logits=False skips copying out the (batch, new_len, vocab) logits: the search needs
+        only the next-token candidates and the cache."""
+        feeds = {"decoder_input_ids": decoder_input_ids, "encoder_attention_mask": encoder_attention_mask,
+                 **dict(zip(self.self_cache_names, self_cache, strict=True)),
+                 **dict(zip(self.cross_cache_names, cross_cache, strict=True))}
+        if logits:
+            all_logits, next_log_probs, next_ids, *present = self.decoder.run(None, feeds)
+            return DecoderStep(all_logits, present, next_log_probs, next_ids)
+        next_log_probs, next_ids, *present = self.decoder.run(self.search_outputs, feeds)
+        return DecoderStep(None, present, next_log_probs, next_ids)
 
 
 # --------------------------------------------------------------------------------------------------- search
@@ -196,6 +251,27 @@ class OnnxSeq2Seq:
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _next_token_candidates(out: DecoderStep, count: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """At least `count` next tokens per row that hold the row's `count` best (log-probs, ids), as new arrays;
+    <pad> has log-prob -inf.
+
+    From the decoder's own top-k when it has one more than `count` (<pad> may take a place: see
+    candidates_for_beam); otherwise from the logits: log-softmax over the whole vocabulary, then <pad> removed, as
+    transformers does. Same result, slower.
+    """
+    if out.next_ids is not None and out.next_ids.shape[1] >= count + 1:
+        log_probs = out.next_log_probs[:, : count + 1].astype(np.float32)
+        token_ids = out.next_ids[:, : count + 1].astype(np.int64)
+        log_probs[token_ids == pad_id] = -np.inf
+        return log_probs, token_ids
+    if out.logits is None:
+        raise ValueError(f"the decoder returned fewer than {count + 1} candidates and no logits")
+    log_probs = _log_softmax(out.logits[:, -1, :].astype(np.float32))
+    log_probs[:, pad_id] = -np.inf
+    top = np.argpartition(-log_probs, count - 1, axis=1)[:, :count]
+    return np.take_along_axis(log_probs, top, axis=1), top
 
 
 def beam_search(
@@ -214,17 +290,14 @@ def beam_search(
     Sentences leave the batch as soon as they are finished, so a long sentence does not keep short ones' rows busy.
     """
     batch = input_ids.shape[0]
-    _, cross_keys, cross_values = model.encode(input_ids, attention_mask)
-    # Row r = sentence * beam + b. All beams of a sentence share its encoder states, so the cross-attention
-    # cache is repeated once and never reordered (reordering moves beams within their sentence).
-    cross_keys = np.repeat(cross_keys, beam, axis=1)
-    cross_values = np.repeat(cross_values, beam, axis=1)
-    encoder_mask = np.repeat(attention_mask, beam, axis=0)
-    self_keys = model.empty_cache(batch * beam)
-    self_values = model.empty_cache(batch * beam)
+    # The cross cache and mask have a row per sentence; the self cache a row per hypothesis, sentence * beam + b.
+    # Reordering beams moves them within their sentence, so only the self cache is ever reordered.
+    _, cross_cache = model.encode(input_ids, attention_mask)
+    encoder_mask = attention_mask
+    self_cache = model.empty_cache(batch * beam)
 
     sentence = np.arange(batch)  # which input sentence each active slot holds
-    limit = np.minimum(np.asarray(max_new_tokens, dtype=np.int64).reshape(batch), np.iinfo(np.int64).max)
+    limit = np.asarray(max_new_tokens, dtype=np.int64).reshape(batch)
     # Only the first beam is live at the start; the others would duplicate its continuations.
     scores = np.full((batch, beam), -1e9, dtype=np.float32)
     scores[:, 0] = 0.0
@@ -233,29 +306,29 @@ def beam_search(
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     best: list[list[int]] = [[] for _ in range(batch)]
     keep_candidates = 2 * beam  # enough that `beam` continuations survive even if `beam` of them end in </s>
+    # The logits are copied out only when the graph's own candidates are too few for this beam.
+    needs_logits = getattr(model, "candidates", 0) < candidates_for_beam(beam)
 
     step = 0
     while sentence.size:
         active = sentence.size
-        logits, self_keys, self_values = model.decode(
-            last[:, None], encoder_mask, self_keys, self_values, cross_keys, cross_values
-        )
-        log_probs = _log_softmax(logits[:, -1, :].astype(np.float32, copy=False))
-        log_probs[:, ids.pad] = -np.inf
+        out = model.decode(last[:, None], encoder_mask, self_cache, cross_cache, logits=needs_logits)
+        log_probs, token_ids = _next_token_candidates(out, keep_candidates, ids.pad)
         forced = step + 1 >= limit  # this step produces the sentence's last allowed token: only </s>
         if forced.any():
+            # As transformers' ForcedEOSTokenLogitsProcessor: </s> gets log-probability 0, everything else -inf.
             rows = np.repeat(forced, beam)
-            eos_scores = log_probs[rows, ids.eos].copy()
             log_probs[rows] = -np.inf
-            log_probs[rows, ids.eos] = eos_scores
-        vocab = log_probs.shape[1]
+            log_probs[rows, 0] = 0.0
+            token_ids[rows, 0] = ids.eos
 
-        total = (scores[:, :, None] + log_probs.reshape(active, beam, vocab)).reshape(active, beam * vocab)
-        top = np.argpartition(-total, keep_candidates - 1, axis=1)[:, :keep_candidates]
+        # Each sentence's best `keep_candidates` (beam, token) continuations by accumulated log-probability.
+        width = log_probs.shape[1]
+        total = (scores[:, :, None] + log_probs.reshape(active, beam, width)).reshape(active, beam * width)
+        top = np.argsort(-total, axis=1, kind="stable")[:, :keep_candidates]
         top_scores = np.take_along_axis(total, top, axis=1)
-        order = np.argsort(-top_scores, axis=1, kind="stable")
-        top, top_scores = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
-        from_beam, token = top // vocab, top % vocab
+        from_beam = top // width
+        token = np.take_along_axis(token_ids.reshape(active, beam * width), top, axis=1)
         ends = token == ids.eos
 
         # A hypothesis finishes when it is among the `beam` best candidates and ends in </s>.
@@ -270,8 +343,9 @@ def beam_search(
         scores = np.take_along_axis(top_scores, survivors, axis=1)
         new_tokens = np.take_along_axis(token, survivors, axis=1)
         tokens = np.concatenate([tokens[np.arange(active)[:, None], parent], new_tokens[:, :, None]], axis=2)
+        # Each surviving row continues from its parent's cache.
         rows = (np.arange(active)[:, None] * beam + parent).reshape(-1)
-        self_keys, self_values = self_keys[:, rows], self_values[:, rows]
+        self_cache = [c[rows] for c in out.self_cache]
         last = new_tokens.reshape(-1)
         step += 1
 
@@ -287,9 +361,9 @@ def beam_search(
             keep = ~done
             keep_rows = np.repeat(keep, beam)
             sentence, limit, scores, tokens = sentence[keep], limit[keep], scores[keep], tokens[keep]
-            last, encoder_mask = last[keep_rows], encoder_mask[keep_rows]
-            self_keys, self_values = self_keys[:, keep_rows], self_values[:, keep_rows]
-            cross_keys, cross_values = cross_keys[:, keep_rows], cross_values[:, keep_rows]
+            last, encoder_mask = last[keep_rows], encoder_mask[keep]
+            self_cache = [c[keep_rows] for c in self_cache]
+            cross_cache = [c[keep] for c in cross_cache]
     return best
 
 
@@ -350,7 +424,8 @@ class Translator:
         self.manifest = _read_json(self.model_dir / MANIFEST)
         if not self.manifest.get("kv_cache"):
             raise ExportDirError(
-                f"{self.model_dir} holds an export without a KV-cached ONNX decoder: export it again (`dvc repro export`)"
+                f"{self.model_dir} holds an export without a KV-cached ONNX decoder: export it again "
+                "(`dvc repro export`)"
             )
         files = self.manifest.get("files", {}).get("onnx_int8" if int8 else "onnx")
         if not files:
@@ -416,7 +491,8 @@ class Translator:
         hyps = self.translate_ids([encoded[i] for i in present], beam=beam, length_penalty=length_penalty)
         out = [""] * len(lines)
         for i, hyp in zip(present, hyps, strict=True):
-            out[i] = self.tokenizer.decode(hyp)
+            # A byte-fallback piece can decode to a line break; the output must stay one line per input line.
+            out[i] = " ".join(self.tokenizer.decode(hyp).splitlines())
         return out
 
 

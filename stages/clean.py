@@ -40,7 +40,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.corpus import PAIR_SCHEMA, iter_pair_batches
+from pipeline.bounded_io import stream_pair_batches
+from pipeline.corpus import PAIR_SCHEMA
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import CleanParams, Params
 from pipeline.text_checks import INVISIBLE, SCRIPTS, LanguageDetector, letter_shares, pair_hashes
@@ -160,16 +161,17 @@ class MosesPunct:
 
         self.reference = MosesPunctNormalizer(lang=lang)
         self.rules = [(_re2_pattern(p), re.sub(r"\\g<(\d+)>", r"\\\1", r)) for p, r in self.reference.substitutions]
+        self.vectorised = self.check()
+        if not self.vectorised:
+            log.warning("sacremoses' rules for %r do not translate to RE2: normalising string by string (slower)", lang)
+
+    def check(self) -> bool:
+        """Whether the RE2 rules give what `normalize` gives on the probe strings."""
         self.vectorised = True
         try:
-            agrees = self.apply(pa.array(MOSES_PROBES)).to_pylist() == [
-                self.reference.normalize(t) for t in MOSES_PROBES
-            ]
+            return self.apply(pa.array(MOSES_PROBES)).to_pylist() == [self.reference.normalize(t) for t in MOSES_PROBES]
         except (pa.ArrowInvalid, re.error):
-            agrees = False
-        if not agrees:
-            log.warning("sacremoses' rules for %r do not translate to RE2: normalising string by string (slower)", lang)
-            self.vectorised = False
+            return False
 
     def apply(self, texts: pa.Array) -> pa.Array:
         if not self.vectorised:
@@ -206,10 +208,12 @@ class Normalizer:
         return pc.utf8_trim(texts, characters=" ")
 
 
-def normalize(texts: pa.Array, form: str = "NFC", lang: str = "en", cfg: CleanParams | None = None) -> pa.Array:
-    """Normalise one side's texts as the stage does (for callers outside the stage and for tests)."""
-    cfg = cfg or CleanParams(unicode_form=form)
-    return Normalizer(cfg, lang)(texts)
+def normalize(texts: pa.Array, form: str = "NFC", lang: str | None = None, cfg: CleanParams | None = None) -> pa.Array:
+    """Unicode and whitespace normalisation of texts (invisible characters removed, NFC or NFKC, whitespace
+    collapsed); given the stage's `cfg`, its whole normalisation for `lang`, HTML and Moses punctuation included."""
+    if cfg is None:
+        cfg = CleanParams(unicode_form=form, strip_html=False, moses_punct=False)
+    return Normalizer(cfg, lang or "en")(texts)
 
 
 # --- corpus-wide sets of 64-bit hashes ---------------------------------------------------------------------
@@ -407,7 +411,7 @@ def _clean_split(cleaner: Cleaner, split: str, source: Path, out: Path) -> dict[
     counts = {"input": 0, "kept": 0, "rejected": 0}
     reasons: Counter[str] = Counter()
     with pq.ParquetWriter(out / f"{split}.parquet", PAIR_SCHEMA) as writer:
-        for batch in iter_pair_batches(source):
+        for batch in stream_pair_batches(source):
             batch = batch.cast(PAIR_SCHEMA)
             counts["input"] += len(batch)
             if split == "train":

@@ -44,7 +44,7 @@ Pair = tuple[str, str, str, int]  # src, tgt, origin, line (1-based)
 WMT14_DATASET = "wmt/wmt14"
 WMT14_SPLITS = {"train": "train", "valid": "validation", "newstest2014": "test"}
 # NAME.<lang> or NAME.<lang>.gz in a Moses-style directory.
-MOSES_FILE = re.compile(r"^(?P<name>.+)\.(?P<lang>[a-z]{2,3})(?P<gz>\.gz)?$")
+MOSES_FILE = re.compile(r"^(?P<name>.+?)\.(?P<lang>[a-z]{2,3})(?P<gz>\.gz)?$")
 
 
 # --- reading files ------------------------------------------------------------------------------------------

@@ -3,16 +3,23 @@ gated by a parity check against PyTorch.
 
 ONNX (`export.onnx`), the format `mtpipe translate` runs (see pipeline/translate.py for the runtime):
 
-    encoder.onnx  input_ids, attention_mask -> last_hidden_state, cross_keys, cross_values
-    decoder.onnx  decoder_input_ids, encoder_attention_mask, self_keys, self_values, cross_keys, cross_values
-                  -> logits, present_self_keys, present_self_values
+    encoder.onnx  input_ids, attention_mask -> last_hidden_state, cross_key_0, cross_value_0, ...
+    decoder.onnx  decoder_input_ids, encoder_attention_mask, self_key_0, self_value_0, ..., cross_key_0, ...
+                  -> logits, next_log_probs, next_ids, present_self_key_0, present_self_value_0, ...
 
-Caches are (layers, batch, heads, length, head_dim). The encoder computes every decoder layer's cross-attention
-keys and values once; the decoder appends the new tokens' self-attention keys and values to the ones it is given,
-so a step costs O(length) instead of re-running the prefix. The cached decoder is a small module written here over
-the model's own layers (projections, layer norms, feed-forward), not transformers' Cache objects: its inputs and
-outputs are plain tensors, which exports cleanly and does not move with transformers' cache API. Batch, source
-length, cache length and new-token length are all dynamic (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`).
+Caches are one (rows, heads, length, head_dim) tensor per layer and kind: stacking them would make the graph split
+and re-stack the whole cache at every step. The encoder computes every decoder layer's cross-attention keys and
+values once per sentence, and they stay per sentence: the decoder's rows are sentences x beams, and a sentence's
+beams attend to its keys together. The decoder appends the new tokens' self-attention keys and values to the ones
+it is given, so a step costs O(length) instead of re-running the prefix. It also returns each row's best
+2 x evaluate.beam + 1 next tokens with their log-softmax (what a beam of that width needs), so beam search does not
+sort the vocabulary in numpy; a wider beam at translation time takes them from the logits instead, more slowly.
+
+The cached decoder is a small module written here over the model's own layers (projections, layer norms,
+feed-forward), not transformers' Cache objects (whose argument was renamed from `past_key_values` to `cache` in
+transformers 5): its inputs and outputs are plain tensors, which exports cleanly and does not move with that API.
+Sentences, rows, source length, cache length and new-token length are all dynamic
+(`torch.onnx.export(dynamo=True, dynamic_shapes=...)`).
 
 Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (onnxruntime dynamic quantisation of the
 weights); `export.torchscript` traces the encoder and an uncached decoder (legacy: torch deprecates TorchScript);
@@ -51,16 +58,17 @@ from pipeline.corpus import read_pairs
 from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed
 from pipeline.params import Params
 from pipeline.translate import (
-    DECODER_INPUTS,
-    DECODER_OUTPUTS,
     ENCODER_INPUTS,
-    ENCODER_OUTPUTS,
     MANIFEST,
     ONNX_FILES,
     ONNX_INT8_FILES,
     OnnxSeq2Seq,
     SpecialIds,
     beam_search,
+    candidates_for_beam,
+    decoder_inputs,
+    decoder_outputs,
+    encoder_outputs,
     pad_batch,
     strip_hypothesis,
 )
@@ -105,6 +113,24 @@ def _wrapper_classes() -> dict[str, type]:
         out = torch.matmul(weights, values).transpose(1, 2)
         return attention.out_proj(out.reshape(out.shape[0], out.shape[1], -1))
 
+    def attend_by_sentence(attention: Any, hidden: Any, keys: Any, values: Any, bias: Any, head_dim: int) -> Any:
+        """Cross-attention for rows that come in groups per sentence (its beams) over per-sentence keys/values.
+
+        hidden: (sentences * group, new_len, d_model); keys, values: (sentences, heads, src_len, head_dim); bias:
+        (sentences, 1, 1, src_len). A sentence's beams share its encoder keys and values, so they are kept once
+        per sentence and each sentence's group x new_len queries attend in one matmul: `group` times less cache
+        memory and traffic than repeating the keys per beam.
+        """
+        rows, new_len, _ = hidden.shape
+        sentences, heads = keys.shape[0], keys.shape[1]
+        query = split_heads(attention.q_proj(hidden), head_dim)  # (rows, heads, new_len, head_dim)
+        query = query.reshape(sentences, -1, heads, new_len, head_dim).transpose(1, 2)
+        query = query.reshape(sentences, heads, -1, head_dim)  # (sentences, heads, group * new_len, head_dim)
+        weights = torch.softmax(torch.matmul(query, keys.transpose(2, 3)) * attention.scaling + bias, dim=-1)
+        out = torch.matmul(weights, values).reshape(sentences, heads, -1, new_len, head_dim)
+        out = out.permute(0, 2, 3, 1, 4).reshape(rows, new_len, heads * head_dim)
+        return attention.out_proj(out)
+
     class EncoderForExport(nn.Module):
         """input_ids, attention_mask -> last_hidden_state (the legacy TorchScript encoder)."""
 
@@ -135,7 +161,7 @@ def _wrapper_classes() -> dict[str, type]:
             return self.lm_head(hidden) + self.final_logits_bias
 
     class EncoderWithCrossCache(nn.Module):
-        """input_ids, attention_mask -> last_hidden_state, cross_keys, cross_values.
+        """input_ids, attention_mask -> last_hidden_state, cross_key_0, cross_value_0, cross_key_1, ...
 
         The cross-attention keys and values depend only on the encoder states, so they are computed here, once
         per sentence, instead of at every decoding step.
@@ -147,11 +173,13 @@ def _wrapper_classes() -> dict[str, type]:
             self.decoder_layers = model.get_decoder().layers
             self.head_dim = model.config.d_model // model.config.decoder_attention_heads
 
-        def forward(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, Any]:
+        def forward(self, input_ids: Any, attention_mask: Any) -> tuple[Any, ...]:
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            keys = [split_heads(layer.encoder_attn.k_proj(hidden), self.head_dim) for layer in self.decoder_layers]
-            values = [split_heads(layer.encoder_attn.v_proj(hidden), self.head_dim) for layer in self.decoder_layers]
-            return hidden, torch.stack(keys), torch.stack(values)
+            cross_cache = []
+            for layer in self.decoder_layers:
+                cross_cache.append(split_heads(layer.encoder_attn.k_proj(hidden), self.head_dim))
+                cross_cache.append(split_heads(layer.encoder_attn.v_proj(hidden), self.head_dim))
+            return (hidden, *cross_cache)
 
     class CachedDecoder(nn.Module):
         """One decoder pass over `new_len` tokens that follow `past_len` cached ones -> logits and extended cache.
@@ -159,11 +187,16 @@ def _wrapper_classes() -> dict[str, type]:
         The Marian decoder layer, post-norm, written out over the model's modules: self-attention over
         cache + new tokens (causal), cross-attention over the precomputed encoder keys/values (source padding
         masked), feed-forward. Equal to MarianMTModel's decoder within float rounding (the parity gate checks it).
+
+        Rows are sentences x group: decoder_input_ids and the self cache have a row per hypothesis (sentence s,
+        beam b at row s * group + b), encoder_attention_mask and the cross cache a row per sentence; group is
+        rows / sentences (1 without beams).
         """
 
-        def __init__(self, model: Any):
+        def __init__(self, model: Any, candidates: int):
             super().__init__()
             decoder = model.get_decoder()
+            self.candidates = min(candidates, model.config.vocab_size)
             self.embed_tokens = decoder.embed_tokens
             self.embed_scale = decoder.embed_scale
             self.embed_positions = decoder.embed_positions
@@ -173,15 +206,10 @@ def _wrapper_classes() -> dict[str, type]:
             self.head_dim = model.config.d_model // model.config.decoder_attention_heads
 
         def forward(
-            self,
-            decoder_input_ids: Any,
-            encoder_attention_mask: Any,
-            self_keys: Any,
-            self_values: Any,
-            cross_keys: Any,
-            cross_values: Any,
-        ) -> tuple[Any, Any, Any]:
-            past_len, new_len = self_keys.shape[3], decoder_input_ids.shape[1]
+            self, decoder_input_ids: Any, encoder_attention_mask: Any, self_cache: list[Any], cross_cache: list[Any]
+        ) -> tuple[Any, ...]:
+            """self_cache/cross_cache: [key_0, value_0, key_1, ...] -> logits, next_log_probs, next_ids, *present."""
+            past_len, new_len = self_cache[0].shape[2], decoder_input_ids.shape[1]
             positions = torch.arange(new_len, device=decoder_input_ids.device) + past_len
             hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
             hidden = hidden + self.embed_positions.weight[positions]
@@ -192,23 +220,25 @@ def _wrapper_classes() -> dict[str, type]:
             self_bias = torch.zeros(future.shape, dtype=hidden.dtype, device=hidden.device).masked_fill(future, lowest)
             cross_bias = (1.0 - encoder_attention_mask[:, None, None, :].to(hidden.dtype)) * lowest
 
-            present_keys, present_values = [], []
+            present = []
             for i, layer in enumerate(self.layers):
                 attention = layer.self_attn
-                keys = torch.cat([self_keys[i], split_heads(attention.k_proj(hidden), self.head_dim)], dim=2)
-                values = torch.cat([self_values[i], split_heads(attention.v_proj(hidden), self.head_dim)], dim=2)
-                present_keys.append(keys)
-                present_values.append(values)
+                keys = torch.cat([self_cache[2 * i], split_heads(attention.k_proj(hidden), self.head_dim)], dim=2)
+                values = torch.cat([self_cache[2 * i + 1], split_heads(attention.v_proj(hidden), self.head_dim)],
+                                   dim=2)
+                present += [keys, values]
                 hidden = layer.self_attn_layer_norm(
                     hidden + attend(attention, hidden, keys, values, self_bias, self.head_dim)
                 )
                 hidden = layer.encoder_attn_layer_norm(
-                    hidden + attend(layer.encoder_attn, hidden, cross_keys[i], cross_values[i], cross_bias,
-                                    self.head_dim)
+                    hidden + attend_by_sentence(layer.encoder_attn, hidden, cross_cache[2 * i],
+                                                cross_cache[2 * i + 1], cross_bias, self.head_dim)
                 )
                 hidden = layer.final_layer_norm(hidden + layer.fc2(layer.activation_fn(layer.fc1(hidden))))
             logits = self.lm_head(hidden) + self.final_logits_bias
-            return logits, torch.stack(present_keys), torch.stack(present_values)
+            # The scores transformers' beam search uses: log-softmax over the whole vocabulary (<pad> included).
+            next_log_probs, next_ids = torch.topk(torch.log_softmax(logits[:, -1, :], dim=-1), self.candidates, dim=-1)
+            return (logits, next_log_probs, next_ids, *present)
 
     return {
         "EncoderForExport": EncoderForExport,
@@ -225,10 +255,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def export_wrappers(model: Any) -> tuple[Any, Any]:
-    """(EncoderWithCrossCache, CachedDecoder) around a loaded model, in eval mode: the ONNX graphs' modules."""
+def export_wrappers(model: Any, beam: int = 4) -> tuple[Any, Any]:
+    """(EncoderWithCrossCache, CachedDecoder) around a loaded model, in eval mode: the ONNX graphs' modules.
+
+    The decoder returns the next-token candidates a beam of width `beam` needs."""
     classes = _wrapper_classes()
-    return classes["EncoderWithCrossCache"](model).eval(), classes["CachedDecoder"](model).eval()
+    decoder = classes["CachedDecoder"](model, candidates_for_beam(beam))
+    return classes["EncoderWithCrossCache"](model).eval(), decoder.eval()
 
 
 def legacy_wrappers(model: Any) -> tuple[Any, Any]:
@@ -237,13 +270,13 @@ def legacy_wrappers(model: Any) -> tuple[Any, Any]:
     return classes["EncoderForExport"](model).eval(), classes["DecoderForExport"](model).eval()
 
 
-def empty_cache(model: Any, batch: int) -> Any:
-    """A (layers, batch, heads, 0, head_dim) cache: what the first decoding step is given."""
+def empty_cache(model: Any, batch: int) -> list[Any]:
+    """Per-layer (batch, heads, 0, head_dim) keys and values: what the first decoding step is given."""
     import torch
 
     cfg = model.config
     heads = cfg.decoder_attention_heads
-    return torch.zeros(cfg.decoder_layers, batch, heads, 0, cfg.d_model // heads)
+    return [torch.zeros(batch, heads, 0, cfg.d_model // heads) for _ in range(2 * cfg.decoder_layers)]
 
 
 # --------------------------------------------------------------------------------------------------- inputs
@@ -302,47 +335,47 @@ def _quiet_export() -> Iterator[None]:
                 logger.setLevel(levels[name])
 
 
-def export_onnx(model: Any, example: dict, out: Path, opset: int) -> dict[str, float]:
+def export_onnx(model: Any, example: dict, out: Path, opset: int, beam: int) -> dict[str, float]:
     """Write encoder.onnx and decoder.onnx (weights inside, every batch/length dim dynamic); seconds per graph."""
     import onnx
     import torch
 
-    encoder, decoder = export_wrappers(model)
+    encoder, decoder = export_wrappers(model, beam)
+    layers = model.config.decoder_layers
     max_positions = model.config.max_position_embeddings
-    batch = torch.export.Dim("batch")
+    batch = torch.export.Dim("batch")  # sentences
+    rows = torch.export.Dim("rows")  # hypotheses: sentences x beams
     src_len = torch.export.Dim("src_len", max=max_positions)
     past_len = torch.export.Dim("past_len", max=max_positions)
     new_len = torch.export.Dim("new_len", max=max_positions)
     with torch.no_grad():
-        _, cross_keys, cross_values = encoder(example["input_ids"], example["attention_mask"])
-    # A cache of length 3 for 2 new tokens: neither is 0 or 1, which torch.export would specialise. Keys and values
-    # must be distinct tensors: the exporter merges inputs that are the same object into one graph input.
+        _, *cross_cache = encoder(example["input_ids"], example["attention_mask"])
+    # 2 sentences x 3 beams, a cache of 3 tokens for 2 new ones: no dim is 0 or 1, which torch.export would
+    # specialise, and rows differ from sentences. Every cache tensor must be a distinct object: the exporter merges
+    # inputs that are the same tensor into one graph input.
     generator = torch.Generator().manual_seed(0)
-    past_shape = (*cross_keys.shape[:3], 3, cross_keys.shape[4])
-    past_keys = torch.randn(past_shape, generator=generator)
-    past_values = torch.randn(past_shape, generator=generator)
-    cache_dims = {1: batch, 3: past_len}
+    sentences, heads, _, head_dim = cross_cache[0].shape
+    group = 3
+    decoder_input_ids = example["decoder_input_ids"][:, :2].repeat_interleave(group, dim=0)
+    self_cache = [torch.randn(sentences * group, heads, 3, head_dim, generator=generator) for _ in range(2 * layers)]
     jobs = {
         "encoder": (
             encoder,
             (example["input_ids"], example["attention_mask"]),
-            ENCODER_INPUTS,
-            ENCODER_OUTPUTS,
+            list(ENCODER_INPUTS),
+            encoder_outputs(layers),
             {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}},
         ),
         "decoder": (
             decoder,
-            (example["decoder_input_ids"], example["attention_mask"], past_keys, past_values, cross_keys,
-             cross_values),
-            DECODER_INPUTS,
-            DECODER_OUTPUTS,
+            (decoder_input_ids, example["attention_mask"], self_cache, cross_cache),
+            decoder_inputs(layers),
+            decoder_outputs(layers),
             {
-                "decoder_input_ids": {0: batch, 1: new_len},
+                "decoder_input_ids": {0: rows, 1: new_len},
                 "encoder_attention_mask": {0: batch, 1: src_len},
-                "self_keys": cache_dims,
-                "self_values": cache_dims,
-                "cross_keys": {1: batch, 3: src_len},
-                "cross_values": {1: batch, 3: src_len},
+                "self_cache": [{0: rows, 2: past_len}] * (2 * layers),
+                "cross_cache": [{0: batch, 2: src_len}] * (2 * layers),
             },
         ),
     }
@@ -359,8 +392,8 @@ def export_onnx(model: Any, example: dict, out: Path, opset: int) -> dict[str, f
                 dynamo=True,
                 external_data=False,
                 opset_version=opset,
-                input_names=list(input_names),
-                output_names=list(output_names),
+                input_names=input_names,
+                output_names=output_names,
                 dynamic_shapes=dynamic_shapes,
                 verbose=False,
             )
@@ -376,7 +409,12 @@ def quantize_int8(out: Path) -> float:
     start = time.perf_counter()
     for graph in GRAPHS:
         log.info("quantising the %s to int8 (dynamic)", graph)
-        quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8)
+        # The quantiser logs every skipped node, and a hint about image-model pre-processing, on the root logger.
+        logging.disable(logging.WARNING)
+        try:
+            quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8)
+        finally:
+            logging.disable(logging.NOTSET)
     return round(time.perf_counter() - start, 2)
 
 
@@ -445,21 +483,23 @@ def _max_diff(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
     return float(np.abs(a[keep] - b[keep]).max()) if keep.any() else 0.0
 
 
-def _max_cache_diff(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
-    """Max abs difference over the real source positions of (layers, batch, heads, src_len, head_dim) caches."""
+def _max_cache_diff(a: list[np.ndarray], b: list[np.ndarray], mask: np.ndarray) -> float:
+    """Max abs difference over the real source positions of per-layer (batch, heads, src_len, head_dim) caches."""
     keep = mask.astype(bool)
-    return float(np.abs(a - b).transpose(1, 3, 0, 2, 4)[keep].max()) if keep.any() else 0.0
+    if not keep.any():
+        return 0.0
+    return max(float(np.abs(x - y).transpose(0, 2, 1, 3)[keep].max()) for x, y in zip(a, b, strict=True))
 
 
-def _cached_logits(runtime: OnnxSeq2Seq, dec_ids: np.ndarray, mask: np.ndarray, keys: np.ndarray,
-                   values: np.ndarray) -> np.ndarray:
+def _cached_logits(runtime: OnnxSeq2Seq, dec_ids: np.ndarray, mask: np.ndarray, cross_cache: list[np.ndarray]
+                   ) -> np.ndarray:
     """Teacher-forced logits computed one token at a time through the decoder's cache."""
-    self_keys, self_values = runtime.empty_cache(len(dec_ids)), runtime.empty_cache(len(dec_ids))
+    self_cache = runtime.empty_cache(len(dec_ids))
     steps = []
     for t in range(dec_ids.shape[1]):
-        logits, self_keys, self_values = runtime.decode(dec_ids[:, t : t + 1], mask, self_keys, self_values, keys,
-                                                        values)
-        steps.append(logits)
+        out = runtime.decode(dec_ids[:, t : t + 1], mask, self_cache, cross_cache)
+        self_cache = out.self_cache
+        steps.append(out.logits)
     return np.concatenate(steps, axis=1)
 
 
@@ -523,21 +563,21 @@ def check_parity(
         dec_ids, dec_mask = _teacher_forced_inputs(targets[start : start + PARITY_BATCH], ids_of.start, ids_of.pad)
         t_ids, t_mask, t_dec = (torch.from_numpy(a) for a in (ids, mask, dec_ids))
         with torch.no_grad():
-            ref_hidden, ref_keys, ref_values = (x.numpy() for x in reference_encoder(t_ids, t_mask))
+            ref_hidden, *ref_cross = (x.numpy() for x in reference_encoder(t_ids, t_mask))
             ref_logits = model(input_ids=t_ids, attention_mask=t_mask, decoder_input_ids=t_dec).logits.numpy()
 
         if "onnx" in runtimes:
             runtime, d = runtimes["onnx"], diffs["onnx"]
-            hidden, keys, values = runtime.encode(ids, mask)
+            hidden, cross = runtime.encode(ids, mask)
             d["encoder"] = max(d["encoder"], _max_diff(hidden, ref_hidden, mask),
-                               _max_cache_diff(keys, ref_keys, mask), _max_cache_diff(values, ref_values, mask))
+                               _max_cache_diff(cross, ref_cross, mask))
             # The decoder is fed PyTorch's cross caches, so these two measure the decoder graph alone.
             empty = runtime.empty_cache(len(ids))
-            logits = runtime.decode(dec_ids, mask, empty, empty, ref_keys, ref_values)[0]
+            logits = runtime.decode(dec_ids, mask, empty, ref_cross).logits
             d["decoder"] = max(d["decoder"], _max_diff(logits, ref_logits, dec_mask))
-            logits = _cached_logits(runtime, dec_ids, mask, ref_keys, ref_values)
+            logits = _cached_logits(runtime, dec_ids, mask, ref_cross)
             d["decoder_cached"] = max(d["decoder_cached"], _max_diff(logits, ref_logits, dec_mask))
-            logits = runtime.decode(dec_ids, mask, empty, empty, keys, values)[0]
+            logits = runtime.decode(dec_ids, mask, empty, cross).logits
             d["end_to_end"] = max(d["end_to_end"], _max_diff(logits, ref_logits, dec_mask))
         if torchscript is not None:
             d = diffs["torchscript"]
@@ -556,7 +596,8 @@ def check_parity(
                     attention_mask=t_mask,
                     num_beams=1,
                     do_sample=False,
-                    max_new_tokens=limit,
+                    # max_length counts the start token (max_new_tokens would warn against the saved max_length).
+                    max_length=limit + 1,
                     bad_words_ids=[[ids_of.pad]],
                     forced_eos_token_id=ids_of.eos,
                     decoder_start_token_id=ids_of.start,
@@ -571,15 +612,18 @@ def check_parity(
                                                    ids_of.eos)
 
     report: dict[str, Any] = {"n_sentences": len(sources)}
-    for fmt in ("onnx", "torchscript"):
-        if fmt in runtimes or (fmt == "torchscript" and torchscript is not None):
-            report[fmt] = {f"{name}_max_abs_diff": value for name, value in diffs[fmt].items()}
+    checked = [fmt for fmt, present in (("onnx", "onnx" in runtimes), ("torchscript", torchscript is not None))
+               if present]
+    for fmt in checked:
+        report[fmt] = {f"{name}_max_abs_diff": value for name, value in diffs[fmt].items()}
+    if len(hyps) == 1:
+        return report
 
     def decode(rows: list[list[int]]) -> list[str]:
         return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
+    pytorch_bleu = round(sacrebleu.corpus_bleu(decode(hyps["pytorch"]), [references]).score, 2)
     if "onnx" in runtimes:
-        pytorch_bleu = round(sacrebleu.corpus_bleu(decode(hyps["pytorch"]), [references]).score, 2)
         onnx = _agreement(hyps["pytorch"], hyps["onnx"], pytorch_bleu, decode, references)
         report["identical_share"] = onnx["identical_share"]
         report["emitted_pad"] = any(ids_of.pad in h for h in hyps["onnx"])
@@ -587,7 +631,7 @@ def check_parity(
                           "delta": round(abs(onnx["bleu"] - pytorch_bleu), 2)}
     for name in ("onnx_int8", "ctranslate2"):
         if name in hyps:
-            pytorch_bleu = round(sacrebleu.corpus_bleu(decode(hyps["pytorch"]), [references]).score, 2)
+            # Signed: how much BLEU the quantised or converted model gains (+) or loses (-) against PyTorch.
             report[name] = _agreement(hyps["pytorch"], hyps[name], pytorch_bleu, decode, references)
     return report
 
@@ -595,8 +639,8 @@ def check_parity(
 def _ct2_greedy(translator: Any, tokenizer: Any, sources: list[list[int]], limit: int, eos_id: int) -> list[list[int]]:
     """CTranslate2 greedy outputs as ids ending in </s>, like the other runtimes' (it returns no end token)."""
     tokens = [tokenizer.convert_ids_to_tokens(s) for s in sources]
-    # max_decoding_length counts the end token; the forced </s> of generate is the limit-th token.
-    results = translator.translate_batch(tokens, beam_size=1, max_decoding_length=limit)
+    # generate's limit-th token is a forced </s>; CTranslate2 stops after max_decoding_length tokens without one.
+    results = translator.translate_batch(tokens, beam_size=1, max_decoding_length=max(limit - 1, 1))
     return [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) + [eos_id] for r in results]
 
 
@@ -680,7 +724,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         copied = copy_model_files(paths.final_model, out)
         timings: dict[str, Any] = {}
         if settings.onnx:
-            timings["onnx"] = export_onnx(model, example, out, settings.opset)
+            timings["onnx"] = export_onnx(model, example, out, settings.opset, params.evaluate.beam)
             files["onnx"] = dict(ONNX_FILES)
             if settings.int8:
                 timings["onnx_int8"] = quantize_int8(out)
@@ -723,14 +767,17 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             "opset": settings.opset if settings.onnx else None,
             "kv_cache": settings.onnx,
             "inputs": {
-                "onnx": {"encoder": list(ENCODER_INPUTS), "decoder": list(DECODER_INPUTS)},
+                "onnx": {"encoder": list(ENCODER_INPUTS), "decoder": decoder_inputs(cfg.decoder_layers)},
                 "torchscript": TORCHSCRIPT_INPUTS,
             },
             "outputs": {
-                "onnx": {"encoder": list(ENCODER_OUTPUTS), "decoder": list(DECODER_OUTPUTS)},
+                "onnx": {"encoder": encoder_outputs(cfg.decoder_layers),
+                         "decoder": decoder_outputs(cfg.decoder_layers)},
                 "torchscript": TORCHSCRIPT_OUTPUTS,
             },
-            "cache_layout": ["layers", "batch", "heads", "length", "head_dim"],
+            "cache_layout": ["batch", "heads", "length", "head_dim"],
+            "next_token_candidates": min(candidates_for_beam(params.evaluate.beam), cfg.vocab_size)
+            if settings.onnx else None,
             "vocab_size": cfg.vocab_size,
             "pad_id": pad_id,
             "eos_id": eos_id,

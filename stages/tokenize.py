@@ -1,10 +1,11 @@
 """tokenize: train SentencePiece on the cleaned training pairs and encode every split to token arrays.
 
 By default one joint model serves both languages (`tokenize.joint: false` trains one per side). With
-`model.init: pretrained` the checkpoint's own tokenizer is used instead of training one. The vocabulary follows the Opus-MT/Marian layout so the trained model converts to CTranslate2 unchanged:
-`</s>` = 0, `<unk>` = 1, the SentencePiece pieces, and `<pad>` appended as the LAST id. The tokenizer is also
-saved as a standard transformers `MarianTokenizer` (`hf_tokenizer/`), which the train stage ships inside
-`models/final`, so `AutoTokenizer.from_pretrained("models/final")` gives the same ids as the arrays here.
+`model.init: pretrained` the checkpoint's own tokenizer is used instead of training one. The vocabulary
+follows the Opus-MT/Marian layout so the trained model converts to CTranslate2 unchanged: `</s>` = 0,
+`<unk>` = 1, the SentencePiece pieces, and `<pad>` appended as the LAST id. The tokenizer is also saved as a
+standard transformers `MarianTokenizer` (`hf_tokenizer/`), which the train stage ships inside `models/final`,
+so `AutoTokenizer.from_pretrained("models/final")` gives the same ids as the arrays here.
 """
 
 from __future__ import annotations

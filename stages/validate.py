@@ -7,7 +7,7 @@ surfacing later as a bad model. The clean stage's thresholds (`params.clean`) ar
 The whole training split is validated, every row, in memory that does not grow with the text: GX has no
 pairwise checks (source != target, length ratio, duplicate pairs) and the text itself is what costs memory
 (~1.1 KB a pair in pandas), so the split is first streamed, row group by row group, into a file of the per-row
-measures in DERIVED_COLUMNS below (about 60 bytes a pair; no text), and GX validates that file. Language is
+measures in DERIVED_COLUMNS below (about 50 bytes a pair; no text), and GX validates that file. Language is
 checked with py3langid on a seeded sample of `validate.language_sample` rows (a full pass would cost as much as
 the clean stage's optional language filter); every other expectation sees every row. Failed expectations are
 reported with example rows, whose text is then looked up in the split by row number.
@@ -36,10 +36,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.corpus import PAIR_SCHEMA, count_rows, iter_pair_batches
+from pipeline.bounded_io import stream_pair_batches
+from pipeline.corpus import PAIR_SCHEMA, count_rows
 from pipeline.errors import InputFileError, MissingArtifact, ValidationFailed
 from pipeline.params import Params
-from pipeline.text_checks import INVISIBLE, SCRIPTS, LanguageDetector, letter_shares, pair_hashes
+from pipeline.text_checks import (
+    INVISIBLE,
+    SCRIPTS,
+    LanguageDetector,
+    forget_language_model,
+    letter_shares,
+    pair_hashes,
+)
 
 log = logging.getLogger("mtpipe.validate")
 
@@ -52,15 +60,14 @@ LANGUAGE = pa.dictionary(pa.int8(), pa.string())
 
 # name -> (type, meaning); the meanings also appear as notes on the train suite's page in the Data Docs.
 DERIVED_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
-    "row": (pa.int64(), "0-based row of the pair in the cleaned train split"),
     "origin": (pa.dictionary(pa.int32(), pa.string()), "the input file (or dataset split) the pair came from"),
-    "line": (pa.int64(), "1-based line (or row) of the pair in its origin"),
+    "line": (pa.int32(), "1-based line (or row) of the pair in its origin"),
     "src_chars": (pa.int32(), "characters (code points) in src; null when src is null"),
     "tgt_chars": (pa.int32(), "characters (code points) in tgt; null when tgt is null"),
     "src_words": (pa.int32(), "whitespace-separated words in src, as Python's str.split() counts them"),
     "tgt_words": (pa.int32(), "whitespace-separated words in tgt, as Python's str.split() counts them"),
     "length_ratio": (
-        pa.float64(),
+        pa.float32(),
         "longer / shorter side in characters; null (not checked) when the shorter side has fewer than "
         "clean.ratio_min_chars characters, where the clean stage does not apply the ratio filter either",
     ),
@@ -82,8 +89,8 @@ DERIVED_FILE_SCHEMA = pa.schema([(name, dtype) for name, (dtype, _) in DERIVED_C
 SITE_NAME = "validation"
 EXAMPLES_IN_METRICS = 5
 EXAMPLES_IN_ERROR = 3
-# Columns of an example row; "row" (derived train file only) finds its text in the split afterwards.
-ROW_COLUMNS = ("row", "origin", "line", "src", "tgt")
+# Columns of an example row (the derived train file has no text: it is looked up by origin and line afterwards).
+ROW_COLUMNS = ("origin", "line", "src", "tgt")
 
 
 # --- derived columns (pyarrow, batch by batch, so memory stays bounded before GX loads the file) ---------
@@ -150,7 +157,6 @@ def derive_columns(batch: pa.RecordBatch, measures: Measures, first_row: int = 0
     picked = sample[(sample >= first_row) & (sample < first_row + len(batch))] - first_row
     origin = batch.column("origin")
     derived = {
-        "row": pa.array(np.arange(first_row, first_row + len(batch), dtype=np.int64)),
         "origin": origin.dictionary_encode() if not pa.types.is_dictionary(origin.type) else origin,
         "line": batch.column("line"),
         "src_chars": s["chars"],
@@ -192,24 +198,25 @@ def write_derived(train_file: Path, out_file: Path, params: Params) -> dict[str,
     with ThreadPoolExecutor(2) as pool, pq.ParquetWriter(out_file, DERIVED_FILE_SCHEMA) as writer:
         measures = Measures(params, pool, sample, detector)
         first_row = 0
-        for batch in iter_pair_batches(train_file):
+        for batch in stream_pair_batches(train_file):
             writer.write_batch(derive_columns(batch.cast(PAIR_SCHEMA), measures, first_row))
             first_row += len(batch)
+    # The detector's model (~110 MB) is not needed while GX holds the derived file: hand it back first.
+    del measures, detector
+    forget_language_model()
     return {"language_sample_rows": len(sample)}
 
 
-def fetch_rows(path: Path, rows: set[int]) -> dict[int, dict[str, Any]]:
-    """The pairs at the given 0-based rows of a split, streamed (for example rows of failed expectations)."""
-    found: dict[int, dict[str, Any]] = {}
-    wanted = np.array(sorted(rows), dtype=np.int64)
-    first_row = 0
-    for batch in iter_pair_batches(path):
-        inside = wanted[(wanted >= first_row) & (wanted < first_row + len(batch))]
-        if len(inside):
-            picked = batch.take(pa.array(inside - first_row)).to_pylist()
-            found.update(zip(inside.tolist(), picked, strict=True))
-        first_row += len(batch)
-        if first_row > wanted[-1:].sum(initial=-1):
+def fetch_rows(path: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The pairs at the given (origin, line) of a split, streamed (for example rows of failed expectations)."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    lines = pa.array(sorted({line for _, line in keys}), pa.int64())
+    for batch in stream_pair_batches(path):
+        candidates = batch.filter(pc.is_in(batch.column("line"), value_set=lines))
+        for pair in candidates.to_pylist():
+            if (pair["origin"], pair["line"]) in keys:
+                found[(pair["origin"], pair["line"])] = pair
+        if len(found) == len(keys):
             break
     return found
 
@@ -498,11 +505,11 @@ def _check_readable(path: Path) -> None:
 def add_example_text(train_file: Path, summary: dict[str, Any]) -> None:
     """Fill in src and tgt of the train split's example rows (the derived file GX saw has no text)."""
     failures = summary["failed_critical"] + summary["failed_non_critical"]
-    wanted = {r["row"] for f in failures for r in f["rows"] if r.get("row") is not None}
+    wanted = {(r.get("origin"), r.get("line")) for f in failures for r in f["rows"]}
     texts = fetch_rows(train_file, wanted) if wanted else {}
     for failure in failures:
         for row in failure["rows"]:
-            pair = texts.get(row.pop("row", None), {})
+            pair = texts.get((row.get("origin"), row.get("line")), {})
             row.update({"src": pair.get("src"), "tgt": pair.get("tgt")})
         if failure.get("column") == "pair_hash":  # a hash says nothing: show the pair it stands for
             failure["examples"] = [f"{r['src']}\t{r['tgt']}" for r in failure["rows"]]

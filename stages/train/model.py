@@ -3,19 +3,34 @@
 Marian is the transformers architecture of Opus-MT: a post-norm Transformer (Vaswani et al. 2017) with
 sinusoidal positions, scaled and shared embeddings, and generation (beam search) built in. Attention runs
 through PyTorch SDPA. Imports only torch and transformers.
+
+The model settings arrive as `pipeline.params.ModelParams` or as the plain dict `model_spec` makes of it (what
+the torchrun workers and the GPU benchmark get: they must not need pydantic).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.params import ModelParams
+
+def model_spec(model: Any) -> dict[str, Any]:
+    """The model settings as plain JSON-able data: `ModelParams` (or an already plain dict) -> dict."""
+    if isinstance(model, dict):
+        return model
+    return {
+        "init": model.init,
+        "name_or_path": model.name_or_path,
+        "arch": model.architecture(),
+        "tie_embeddings": model.tie_embeddings,
+        "max_positions": model.max_positions,
+    }
 
 
-def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, joint_vocab: bool = True) -> Any:
+def marian_config(model: Any, vocab_size: int, pad_id: int, eos_id: int, joint_vocab: bool = True) -> Any:
     from transformers import MarianConfig
 
-    arch = model.architecture()
+    model = model_spec(model)
+    arch = model["arch"]
     return MarianConfig(
         vocab_size=vocab_size,
         decoder_vocab_size=vocab_size,
@@ -30,11 +45,11 @@ def marian_config(model: ModelParams, vocab_size: int, pad_id: int, eos_id: int,
         attention_dropout=0.0,
         activation_dropout=0.0,
         activation_function="relu",
-        max_position_embeddings=model.max_positions,
+        max_position_embeddings=model["max_positions"],
         scale_embedding=True,
         # A joint vocabulary shares one embedding matrix between encoder, decoder (and output, when tied).
         share_encoder_decoder_embeddings=joint_vocab,
-        tie_word_embeddings=model.tie_embeddings,
+        tie_word_embeddings=model["tie_embeddings"],
         pad_token_id=pad_id,
         eos_token_id=eos_id,
         decoder_start_token_id=pad_id,
@@ -58,19 +73,20 @@ def generation_config(pad_id: int, eos_id: int, max_length: int) -> Any:
 
 
 def build_model(
-    model: ModelParams, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True
+    model: Any, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True
 ) -> Any:
     """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, MarianMTModel
 
-    if model.init == "pretrained":
-        return AutoModelForSeq2SeqLM.from_pretrained(model.name_or_path, attn_implementation="sdpa")
+    model = model_spec(model)
+    if model["init"] == "pretrained":
+        return AutoModelForSeq2SeqLM.from_pretrained(model["name_or_path"], attn_implementation="sdpa")
     torch.manual_seed(seed)
     config = marian_config(model, vocab_size, pad_id, eos_id, joint_vocab)
     config._attn_implementation = "sdpa"
     built = MarianMTModel(config)
-    built.generation_config = generation_config(pad_id, eos_id, model.max_positions)
+    built.generation_config = generation_config(pad_id, eos_id, model["max_positions"])
     return built
 
 

@@ -30,21 +30,36 @@ def write_gz(path: Path, lines: list[str]) -> str:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     corpus = tmp_path_factory.mktemp("multi30k")
-    subsets = {"train": ("train", TRAIN_PAIRS), "valid": ("val", 500), "test_2016_flickr": ("test_2016_flickr", TEST_PAIRS)}
+    subsets = {
+        "train": ("train", TRAIN_PAIRS),
+        "valid": ("val", 500),
+        "test_2016_flickr": ("test_2016_flickr", TEST_PAIRS),
+    }
     files = {
-        split: {side: write_gz(corpus / f"{split}.{lang}.gz", multi30k_lines(name, lang, n))
-                for side, lang in (("src", "en"), ("tgt", "de"))}
+        split: {
+            side: write_gz(corpus / f"{split}.{lang}.gz", multi30k_lines(name, lang, n))
+            for side, lang in (("src", "en"), ("tgt", "de"))
+        }
         for split, (name, n) in subsets.items()
     }
     root = project_copy(tmp_path_factory.mktemp("project"))
-    set_params(root, {
-        "data": {"source": "files", "files": files},
-        "tokenize": {"vocab_size": 4000},
-        "model": {"preset": "tiny", "dropout": 0.1},
-        "train": {"max_steps": 350, "max_minutes": 10, "lr": 0.003, "warmup_steps": 200, "max_tokens": 4096,
-                  "valid_every": 350},
-        "export": {"parity_sentences": 32},
-    })
+    set_params(
+        root,
+        {
+            "data": {"source": "files", "files": files},
+            "tokenize": {"vocab_size": 4000},
+            "model": {"preset": "tiny", "dropout": 0.1},
+            "train": {
+                "max_steps": 350,
+                "max_minutes": 10,
+                "lr": 0.003,
+                "warmup_steps": 200,
+                "max_tokens": 4096,
+                "valid_every": 350,
+            },
+            "export": {"parity_sentences": 32},
+        },
+    )
     git(root, "commit", "-qam", "multi30k subset")
     result = dvc(root, "repro")
     assert stages_run(result) == ["download", "clean", "validate", "tokenize", "train", "evaluate", "export"]

@@ -49,6 +49,16 @@ def test_final_model_loads_with_the_auto_classes(project):
     assert isinstance(tokenizer.decode(out[0], skip_special_tokens=True), str)
 
 
+def test_dvc_shows_the_training_curves_and_the_scores(project):
+    plots = json.loads(dvc(project, "plots", "show", "--json").stdout)
+    assert not plots.get("errors"), plots["errors"]
+    shown = json.dumps(plots)
+    for curve in ("train/loss.tsv", "train/lr.tsv", "train/tgt_tokens_per_s.tsv", "valid/loss.tsv"):
+        assert curve in shown, curve
+    metrics = json.loads(dvc(project, "metrics", "show", "--json").stdout)
+    assert "metrics/eval.json" in json.dumps(metrics) and '"bleu"' in json.dumps(metrics)
+
+
 def test_second_repro_reruns_nothing(project):
     result = dvc(project, "repro")
     assert stages_run(result) == []
@@ -76,3 +86,7 @@ def test_exp_run_with_a_param_override_records_bleu(project):
     assert data["params"]["params.yaml"]["data"]["train"]["lr"] == 0.001
     bleu = data["metrics"]["metrics/eval.json"]["data"]["test"]["bleu"]
     assert isinstance(bleu, float)
+    # The experiment's results are in the workspace: `dvc metrics diff` shows the BLEU change against the baseline.
+    change = json.loads(dvc(project, "metrics", "diff", "--all", "--json").stdout)["metrics/eval.json"]["test.bleu"]
+    assert change["new"] == bleu
+    assert change["diff"] == pytest.approx(change["new"] - change["old"])

@@ -8,13 +8,12 @@ import unicodedata
 from pathlib import Path
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.artifacts import Paths
 from pipeline import corpus
+from pipeline.artifacts import Paths
 from pipeline.corpus import PAIR_SCHEMA
 from pipeline.errors import InputFileError, MissingArtifact, PipelineError
 from pipeline.params import parse
@@ -324,3 +323,98 @@ def test_a_raw_parquet_without_the_expected_columns_names_the_file_and_missing_c
 def test_missing_raw_data_names_the_download_stage(tmp_path):
     with pytest.raises(MissingArtifact, match="'download'"):
         clean.run(parse({}), Paths(tmp_path))
+
+
+# --- HTML and Moses punctuation ---------------------------------------------------------------------------------
+
+HTML_TO_CLEAN = [
+    ("Click <b>here</b> &amp; wait.", "Click here & wait."),
+    ("line<br/>break and <p>paragraph</p>", "line break and paragraph"),
+    ("&amp;quot;twice escaped&amp;quot; is common", '"twice escaped" is common'),
+    ("&lt;i&gt;escaped tag&lt;/i&gt; too", "escaped tag too"),
+    ("caf&eacute; &#233; &#xE9;", "café é é"),
+    ("zero&#8203;width", "zerowidth"),
+    ("<!-- a comment -->text", "text"),
+    ("a < b and c > d", "a < b and c > d"),  # not a tag: a space follows '<'
+]
+
+
+@pytest.mark.parametrize(("messy", "expected"), HTML_TO_CLEAN)
+def test_html_entities_are_unescaped_and_tags_removed(messy, expected):
+    assert clean.normalize(pa.array([messy]), cfg=parse({}).clean).to_pylist() == [expected]
+
+
+def test_strip_html_false_keeps_markup():
+    cfg = parse({"clean": {"strip_html": False}}).clean
+    assert clean.normalize(pa.array(["<b>bold</b> &amp;"]), cfg=cfg).to_pylist() == ["<b>bold</b> &amp;"]
+
+
+def test_moses_punctuation_is_normalised_per_language():
+    cfg = parse({}).clean
+    de = clean.normalize(pa.array(["„Hallo“, sagte er… – und 1\u00a0000 Leute"]), lang="de", cfg=cfg).to_pylist()
+    en = clean.normalize(pa.array(["He said “hello” – twice…"]), lang="en", cfg=cfg).to_pylist()
+    assert de == ['"Hallo", sagte er... - und 1,000 Leute']
+    assert en == ['He said "hello" - twice...']
+
+
+def _fuzz(seed: int, n: int) -> list[str]:
+    alphabet = [*"aBz 19 .,!?-[]#*+/=~|_@", *clean.MOSES_TRIGGER.strip("[]"), "  ", "nº", "ºC", "cm", "\u0663", "é"]
+    rng = random.Random(seed)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "fr", "ru"])
+def test_moses_step_gives_what_sacremoses_gives_string_by_string(lang):
+    # The stage runs sacremoses' own rules as RE2 replacements, on the rows its pre-check selects; this checks
+    # both against MosesPunctNormalizer.normalize on every string.
+    from sacremoses import MosesPunctNormalizer
+
+    texts = _fuzz(seed=len(lang), n=3000)
+    reference = MosesPunctNormalizer(lang=lang)
+    moses = clean.MosesPunct(lang)
+    assert moses.vectorised
+    expected = [" ".join(reference.normalize(t).split(" ")) for t in texts]
+    got = [" ".join(t.split(" ")) for t in moses(pa.array(texts)).to_pylist()]
+    collapse = [" ".join(filter(None, t.split(" "))) for t in expected]
+    assert [" ".join(filter(None, t.split(" "))) for t in got] == collapse
+
+
+def test_moses_falls_back_to_string_by_string_when_a_rule_does_not_translate():
+    moses = clean.MosesPunct("en")
+    assert moses.check()
+    moses.rules.append(("(?<=a)b", "c"))  # a look-behind, as a future sacremoses rule might have: not RE2
+    moses.vectorised = moses.check()
+    assert not moses.vectorised
+    assert moses(pa.array(["“x” …", "plain"])).to_pylist() == ['"x" ...', "plain"]
+
+
+# --- deduplication in bounded memory -----------------------------------------------------------------------------
+
+
+def test_hash_set_matches_a_python_set_and_costs_8_bytes_a_member():
+    rng = np.random.default_rng(0)
+    members: set[int] = set()
+    hashes = clean.HashSet64()
+    for _ in range(40):
+        batch = np.unique(rng.integers(0, 2**63, size=int(rng.integers(1, 500)), dtype=np.uint64))
+        probe = np.concatenate([batch, np.array(list(members)[:50], dtype=np.uint64)])
+        assert hashes.contains(probe).tolist() == [int(h) in members for h in probe]
+        new = batch[~hashes.contains(batch)]
+        hashes.add(new)
+        members.update(int(h) for h in new)
+    assert len(hashes) == len(members) and hashes.nbytes == 8 * len(members)
+    assert len(hashes.runs) <= 2 * np.log2(len(members))  # merged into few runs
+
+
+def test_duplicates_are_found_across_row_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "BATCH_ROWS", 3)  # many small batches instead of one
+    from pipeline import bounded_io
+
+    monkeypatch.setattr(bounded_io, "BATCH_ROWS", 3)
+    train = [*GOOD_TRAIN, GOOD_TRAIN[0], *GOOD_TRAIN[1:3], GOOD_TRAIN[3]]
+    paths = raw_corpus(tmp_path, train=train)
+
+    clean.run(parse({}), paths)
+
+    assert pairs_of(paths, "train") == GOOD_TRAIN
+    assert [r["line"] for r in rejected_rows(paths)] == [5, 6, 7, 8]

@@ -40,14 +40,25 @@ def test_summary_lists_scores_and_marks_missing_artifacts(tmp_path):
     paths = Paths(tmp_path)
     assert "No evaluation yet" in summary(paths)
     paths.metrics("eval").parent.mkdir(parents=True)
-    paths.metrics("eval").write_text(json.dumps({"newstest2014": {
-        "bleu": 27.31, "chrf": 56.2, "sentences": 3003, "signature": {"bleu": "nrefs:1|tok:13a", "chrf": "x"}}}))
+    paths.metrics("eval").write_text(
+        json.dumps(
+            {
+                "newstest2014": {
+                    "bleu": 27.31,
+                    "chrf": 56.2,
+                    "sentences": 3003,
+                    "signature": {"bleu": "nrefs:1|tok:13a", "chrf": "x"},
+                }
+            }
+        )
+    )
     text = summary(paths)
     assert "newstest2014" in text and "27.31" in text and "3003 sentences" in text
     assert f"{paths.final_model}  (missing)" in text
 
 
 def test_console_script_starts_without_heavy_imports():
-    code = "import sys, pipeline.cli; print(sorted(m for m in ('torch', 'transformers', 'dvc', 'prefect') if m in sys.modules))"
+    heavy = "('torch', 'transformers', 'dvc', 'prefect')"
+    code = f"import sys, pipeline.cli; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"

@@ -47,7 +47,7 @@ def test_outputs_are_the_paths_the_stages_write():
         "clean": {paths.clean},
         "validate": {paths.validation_report},
         "tokenize": {paths.tokenized},
-        "train": {paths.final_model},
+        "train": {paths.final_model, paths.checkpoints},
         "evaluate": {paths.eval_dir},
         "export": {paths.export},
     }

@@ -281,7 +281,14 @@ def test_dockerignore_keeps_data_models_environments_and_dvc_cache_out_of_the_bu
 def test_readme_train_on_gpus_section_shows_build_run_multinode_and_security():
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Train on GPUs", 1)[1].split("\n## ", 1)[0]
-    for needle in ("docker compose -f docker/compose.yaml build", "docker compose -f docker/compose.yaml run --rm pipeline",
-                   "train.nproc=auto", "train.precision=bf16", "torchrun --nnodes=2", "--rdzv_backend=c10d",
-                   "--privileged", "--gpus '\"device=0,1\"'"):
+    for needle in (
+        "docker compose -f docker/compose.yaml build",
+        "docker compose -f docker/compose.yaml run --rm pipeline",
+        "train.nproc=auto",
+        "train.precision=bf16",
+        "torchrun --nnodes=2",
+        "--rdzv_backend=c10d",
+        "--privileged",
+        "--gpus '\"device=0,1\"'",
+    ):
         assert needle in section, needle

@@ -247,15 +247,171 @@ def test_a_missing_file_is_an_error_naming_its_path(tmp_path):
     assert "not found" in str(err.value)
 
 
-def test_max_train_pairs_keeps_the_first_n_training_pairs_only(tmp_path):
+def test_max_train_pairs_with_head_keeps_the_first_n_training_pairs_only(tmp_path):
     files = corpus_files(tmp_path)
     paths = Paths(tmp_path)
-    metrics = download.run(files_params(files, max_train_pairs=4), paths)
+    metrics = download.run(files_params(files, max_train_pairs=4, subsample="head"), paths)
 
     train = read_split(paths, "train")
     assert list(zip(train["src"], train["tgt"], strict=True)) == TRAIN[:4]
     assert train["line"] == [1, 2, 3, 4]
     assert metrics["train_pairs"] == 4 and metrics["valid_pairs"] == len(VALID)  # only train is capped
+
+
+def test_max_train_pairs_spreads_the_subsample_over_every_input_deterministically(tmp_path):
+    first = [(f"first {i}", f"erste {i}") for i in range(30)]
+    second = [(f"second {i}", f"zweite {i}") for i in range(10)]
+    files = corpus_files(tmp_path)
+    files["train"] = [write_pair(tmp_path, "a", first), write_pair(tmp_path, "b", second, gz=True)]
+    paths = Paths(tmp_path)
+
+    download.run(files_params(files, max_train_pairs=8), paths)
+    train = read_split(paths, "train")
+    again = Paths(tmp_path / "again")
+    absolute = {
+        split: [
+            {k: str(tmp_path / v) for k, v in e.items()} for e in (entries if isinstance(entries, list) else [entries])
+        ]
+        for split, entries in files.items()
+    }
+    download.run(files_params(absolute, max_train_pairs=8), again)
+
+    assert len(train["src"]) == 8
+    assert train["origin"].count("a.en") == 6 and train["origin"].count("b.en.gz") == 2  # 30:10 of 40 pairs
+    assert train["line"] == [5, 10, 15, 20, 25, 30, 5, 10]  # every fifth pair
+    assert read_split(again, "train")["line"] == train["line"]
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["subsample"] == {"max_train_pairs": 8, "method": "spread", "from_pairs": 40}
+
+
+# --- files: TSV, Moses-style directories, several inputs a split -------------------------------------------------
+
+
+def test_several_training_inputs_of_every_kind_are_concatenated_keeping_origin_and_line(tmp_path):
+    (tmp_path / "moses").mkdir()
+    write_pair(tmp_path / "moses", "europarl", TRAIN[:2], gz=True)
+    write_pair(tmp_path / "moses", "commoncrawl", TRAIN[2:3])
+    write_text(tmp_path / "moses" / "README", ["not a corpus"])
+    write_text(tmp_path / "moses" / "europarl.fr", ["pas cette langue"])
+    write_text(tmp_path / "news.tsv", [f"{s}\t{t}" for s, t in TRAIN[3:5]])
+    files = corpus_files(tmp_path)
+    files["train"] = [write_pair(tmp_path, "plain", TRAIN[5:]), {"tsv": "news.tsv"}, {"dir": "moses"}]
+    paths = Paths(tmp_path)
+
+    metrics = download.run(files_params(files), paths)
+
+    train = read_split(paths, "train")
+    # Directory files pair up by NAME, in NAME order: commoncrawl before europarl.
+    expected = TRAIN[5:] + TRAIN[3:5] + TRAIN[2:3] + TRAIN[:2]
+    assert list(zip(train["src"], train["tgt"], strict=True)) == expected
+    assert list(zip(train["origin"], train["line"], strict=True)) == [
+        ("plain.en", 1),
+        ("news.tsv", 1),
+        ("news.tsv", 2),
+        ("moses/commoncrawl.en", 1),
+        ("moses/europarl.en.gz", 1),
+        ("moses/europarl.en.gz", 2),
+    ]
+    assert metrics["train_pairs"] == len(TRAIN)
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    hashed = {Path(p).name for p in manifest["inputs"]}
+    assert {"plain.en", "plain.de", "news.tsv", "europarl.en.gz", "europarl.de.gz", "commoncrawl.en"} <= hashed
+    assert "README" not in hashed and "europarl.fr" not in hashed
+
+
+def test_a_tsv_names_its_column_languages_so_it_serves_both_directions(tmp_path):
+    write_text(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in TRAIN])  # en TAB de
+    files = corpus_files(tmp_path)
+    files["train"] = {"tsv": "train.tsv", "columns": ["en", "de"]}
+    paths = Paths(tmp_path)
+
+    download.run(files_params(files, src_lang="de", tgt_lang="en"), paths)
+
+    train = read_split(paths, "train")
+    assert list(zip(train["tgt"], train["src"], strict=True)) == TRAIN
+
+
+@pytest.mark.parametrize(("line", "columns"), [("only one column", 1), ("a\tb\tc", 3), ("", 1)])
+def test_a_tsv_line_without_exactly_one_tab_is_an_error_naming_file_and_line(tmp_path, line, columns):
+    write_text(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in TRAIN[:2]] + [line])
+    files = corpus_files(tmp_path)
+    files["train"] = {"tsv": "train.tsv"}
+
+    with pytest.raises(InputFileError) as err:
+        download.run(files_params(files), Paths(tmp_path))
+
+    assert err.value.line == 3 and str(tmp_path / "train.tsv") in str(err.value)
+    assert f"expected 2 tab-separated columns, found {columns}" in str(err.value)
+
+
+def test_a_tsv_with_crlf_and_a_bom_reads_cleanly(tmp_path):
+    body = "".join(f"{s}\t{t}\r\n" for s, t in TRAIN).encode()
+    (tmp_path / "train.tsv").write_bytes(b"\xef\xbb\xbf" + body)
+    files = corpus_files(tmp_path)
+    files["train"] = {"tsv": "train.tsv"}
+    paths = Paths(tmp_path)
+    download.run(files_params(files), paths)
+    train = read_split(paths, "train")
+    assert list(zip(train["src"], train["tgt"], strict=True)) == TRAIN
+
+
+def test_a_directory_without_files_of_the_pair_names_the_directory_and_what_it_has(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    write_text(tmp_path / "corpus" / "europarl.fr", ["Bonjour."])
+    write_text(tmp_path / "corpus" / "europarl.es", ["Hola."])
+    files = corpus_files(tmp_path)
+    files["train"] = {"dir": "corpus"}
+
+    with pytest.raises(InputFileError) as err:
+        download.run(files_params(files), Paths(tmp_path))
+
+    message = str(err.value)
+    assert str(tmp_path / "corpus") in message and "no NAME.en / NAME.de files" in message
+    assert "europarl.fr" in message
+
+
+def test_a_directory_file_without_its_partner_is_an_error_naming_it(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    write_pair(tmp_path / "corpus", "europarl", TRAIN)
+    write_text(tmp_path / "corpus" / "news.en", ["An orphan."])
+    files = corpus_files(tmp_path)
+    files["train"] = {"dir": "corpus"}
+
+    with pytest.raises(InputFileError, match=r"news\.en: has no partner news\.de"):
+        download.run(files_params(files), Paths(tmp_path))
+
+
+def test_a_directory_prefix_selects_names_and_a_missing_directory_is_named(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    write_pair(tmp_path / "corpus", "news-2019", TRAIN[:2])
+    write_pair(tmp_path / "corpus", "europarl", TRAIN[2:])
+    files = corpus_files(tmp_path)
+    files["train"] = {"dir": "corpus", "prefix": "news-"}
+    paths = Paths(tmp_path)
+    download.run(files_params(files), paths)
+    assert read_split(paths, "train")["src"] == [s for s, _ in TRAIN[:2]]
+
+    files["train"] = {"dir": "nowhere"}
+    with pytest.raises(InputFileError, match="nowhere: directory not found"):
+        download.run(files_params(files), paths)
+
+
+def test_an_empty_input_among_several_is_an_error_naming_it(tmp_path):
+    files = corpus_files(tmp_path)
+    files["train"] = [files["train"], write_pair(tmp_path, "empty", [])]
+
+    with pytest.raises(InputFileError, match="empty.en and .*empty.de: empty"):
+        download.run(files_params(files), Paths(tmp_path))
+
+
+def test_every_input_file_is_checked_before_anything_is_read(tmp_path):
+    files = corpus_files(tmp_path)
+    files["newstest2014"] = {"src": "missing.en", "tgt": "test.de"}
+    # The training file is broken too, but the missing test file is reported first: no long read is wasted.
+    (tmp_path / "train.de").write_bytes(b"\xff\n")
+
+    with pytest.raises(InputFileError, match="missing.en: file not found"):
+        download.run(files_params(files), Paths(tmp_path))
 
 
 # --- sample -----------------------------------------------------------------------------------------------------
@@ -330,3 +486,32 @@ def test_wmt14_fails_fast_when_the_hub_endpoint_refuses_connections(tmp_path, mo
     with pytest.raises(HubUnreachable, match="127.0.0.1:9"):
         download.run(parse({"data": {"source": "wmt14"}}), Paths(tmp_path))
     assert time.monotonic() - start < 15
+
+
+def test_wmt14_reads_the_pair_in_the_configured_direction_at_one_recorded_revision(tmp_path, monkeypatch):
+    # The hub is replaced by a fake with the shape `datasets` streams: {"translation": {lang: text}} rows.
+    calls = []
+
+    def fake_load(config, split, revision):
+        calls.append((config, split, revision))
+        size = {"train": 10, "validation": 3, "test": 2}[split]
+        rows = [{"translation": {"de": f"Satz {split} {i}", "en": f"sentence {split} {i}"}} for i in range(size)]
+        return rows, size
+
+    monkeypatch.setattr(download, "_check_hub_reachable", lambda: None)
+    monkeypatch.setattr(download, "_resolve_revision", lambda revision: "0123abc")
+    monkeypatch.setattr(download, "_load_wmt14", fake_load)
+    paths = Paths(tmp_path)
+
+    metrics = download.run(
+        parse({"data": {"source": "wmt14", "src_lang": "de", "tgt_lang": "en", "max_train_pairs": 5}}), paths
+    )
+
+    assert metrics == {"source": "wmt14", "train_pairs": 5, "valid_pairs": 3, "newstest2014_pairs": 2}
+    assert {c[0] for c in calls} == {"de-en"} and {c[2] for c in calls} == {"0123abc"}
+    train = read_split(paths, "train")
+    assert train["src"][0] == "Satz train 1" and train["tgt"][0] == "sentence train 1"  # every second of 10
+    assert train["line"] == [2, 4, 6, 8, 10] and set(train["origin"]) == {"wmt/wmt14:de-en:train"}
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["revision"] == "0123abc" and manifest["dataset"] == "wmt/wmt14"
+    assert manifest["splits"] == {"train": 5, "valid": 3, "newstest2014": 2}

@@ -1,13 +1,13 @@
-"""The export stage: ONNX and TorchScript graphs of the model, a self-contained export directory, a parity gate.
+"""The export stage: ONNX encoder + KV-cached decoder (and int8, legacy TorchScript, CTranslate2), a self-contained
+export directory, and a parity gate that fails the stage.
 
-One export of the tiny model (module-scoped) is shared by most assertions; the gate-failure and no-format cases run
-the stage again on their own copies. The tiny model is untrained, so its logits are nearly flat and greedy argmaxes
-can be decided by 1e-5; the copy used here has its (tied) embeddings scaled up so every argmax is decisive and the
-greedy comparison tests the runtimes, not float noise. The stage's thresholds are the defaults.
+One export of the sharpened tiny model (the session fixture `exported`, tests/unit/conftest.py) serves most
+assertions; the gate-failure and switch cases run the stage again on their own roots, reusing its ONNX graphs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -18,48 +18,19 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import Paths, read_json
-from pipeline.errors import MissingArtifact, ParityFailed
-from pipeline.params import parse
+from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed
+from pipeline.params import ParamsError, parse
+from pipeline.translate import OnnxSeq2Seq
 from stages import export
+from tests.unit.export_helpers import CTRANSLATE2_INSTALLED, PARITY_SENTENCES, export_params, load_model
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning"),
+    pytest.mark.usefixtures("torch_on_one_thread"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
-# Scales the untrained model's logits from std ~0.16 to ~1.6: top-2 margins go from ~1e-5 to ~0.5.
-EMBEDDING_SCALE = 10.0
-PARITY_SENTENCES = 32
-
-
-def make_root(tiny_model_dir: Path, root: Path) -> Paths:
-    """A project root with the fixture's cleaned splits and a sharpened copy of its model as models/final."""
-    import torch
-    from transformers import MarianMTModel
-
-    paths = Paths(root)
-    shutil.copytree(tiny_model_dir.parent.parent / "data" / "clean", paths.clean)
-    shutil.copytree(tiny_model_dir, paths.final_model)
-    model = MarianMTModel.from_pretrained(tiny_model_dir)
-    with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(EMBEDDING_SCALE)
-    model.save_pretrained(paths.final_model)
-    return paths
-
-
-def export_params(**export_overrides):
-    return parse({"export": {"parity_sentences": PARITY_SENTENCES, **export_overrides}})
-
-
-@pytest.fixture(scope="module")
-def exported(tiny_model_dir, tmp_path_factory):
-    paths = make_root(tiny_model_dir, tmp_path_factory.mktemp("export"))
-    summary = export.run(export_params(), paths)
-    return paths, summary
-
-
-def load_model(paths: Paths):
-    from transformers import AutoTokenizer, MarianMTModel
-
-    return MarianMTModel.from_pretrained(paths.final_model).eval(), AutoTokenizer.from_pretrained(paths.final_model)
+ONNX_GRAPHS = ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx")
 
 
 def batch(tokenizer, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -67,38 +38,189 @@ def batch(tokenizer, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
 
 
-# --------------------------------------------------------------------------------------------------- the stage
+def runtime(paths: Paths, int8: bool = False) -> OnnxSeq2Seq:
+    suffix = ".int8.onnx" if int8 else ".onnx"
+    return OnnxSeq2Seq(paths.export / f"encoder{suffix}", paths.export / f"decoder{suffix}")
 
 
-def test_export_writes_onnx_and_torchscript_graphs_that_pass_the_onnx_checker(exported):
+def dims(value_info) -> list:
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+# --------------------------------------------------------------------------------------------------- the graphs
+
+
+def test_export_writes_onnx_int8_and_torchscript_graphs_that_pass_the_onnx_checker(exported):
     import onnx
 
     paths, _ = exported
-    for name in ("encoder.onnx", "decoder.onnx", "encoder.ts.pt", "decoder.ts.pt"):
+    for name in (*ONNX_GRAPHS, "encoder.ts.pt", "decoder.ts.pt"):
         assert (paths.export / name).stat().st_size > 0, name
-    for name in ("encoder.onnx", "decoder.onnx"):
+    for name in ONNX_GRAPHS:
         onnx.checker.check_model(str(paths.export / name))
         # external_data=False: the weights are inside the graph file, no `.onnx.data` beside it.
         assert not (paths.export / f"{name}.data").exists()
+    sizes = read_json(paths.metrics("export"))
+    assert sizes["onnx_int8"]["size_mb"]["decoder"] < sizes["onnx"]["size_mb"]["decoder"]
 
 
-def test_metrics_report_parity_figures_under_the_thresholds(exported):
+def test_the_decoder_takes_and_returns_a_kv_cache_and_every_batch_and_length_dim_is_symbolic(exported):
+    import onnx
+
+    paths, _ = exported
+    encoder = onnx.load(str(paths.export / "encoder.onnx")).graph
+    decoder = onnx.load(str(paths.export / "decoder.onnx")).graph
+    # tiny preset: 2 decoder layers, 4 heads of 16 dims; caches one tensor per layer and kind.
+    cross = ["cross_key_0", "cross_value_0", "cross_key_1", "cross_value_1"]
+    assert [i.name for i in encoder.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in encoder.output] == ["last_hidden_state", *cross]
+    assert [i.name for i in decoder.input] == [
+        "decoder_input_ids", "encoder_attention_mask", "self_key_0", "self_value_0", "self_key_1", "self_value_1",
+        *cross,
+    ]
+    assert [o.name for o in decoder.output] == [
+        "logits", "next_log_probs", "next_ids",
+        "present_self_key_0", "present_self_value_0", "present_self_key_1", "present_self_value_1",
+    ]
+    inputs = {i.name: dims(i) for i in decoder.input}
+    outputs = {o.name: dims(o) for o in decoder.output}
+    # rows: hypotheses (sentences x beams); batch: sentences, which the cross cache is kept per.
+    assert inputs["decoder_input_ids"] == ["rows", "new_len"]
+    assert inputs["encoder_attention_mask"] == ["batch", "src_len"]
+    assert inputs["self_key_1"] == inputs["self_value_0"] == ["rows", 4, "past_len", 16]
+    assert inputs["cross_key_0"] == inputs["cross_value_1"] == ["batch", 4, "src_len", 16]
+    assert outputs["present_self_key_0"][2] in ("past_len + new_len", "new_len + past_len")
+    # Candidates for the configured beam (evaluate.beam 4): 2 x 4 + 1.
+    assert outputs["next_ids"] == outputs["next_log_probs"] == ["rows", 9]
+    assert dims(encoder.input[0]) == ["batch", "src_len"]
+    assert dims(encoder.output[1]) == ["batch", 4, "src_len", 16]
+
+
+def expected_candidates(logits, count: int):
+    """The best next tokens by log-softmax over the whole vocabulary (what transformers' beam search ranks)."""
+    import torch
+
+    return torch.topk(torch.log_softmax(torch.as_tensor(logits)[:, -1], dim=-1), count)
+
+
+def test_the_cached_decoder_module_reproduces_the_model_forward_at_once_and_token_by_token(exported):
+    import torch
+
+    paths, _ = exported
+    model, tokenizer = load_model(paths.final_model)
+    encoder, decoder = export.export_wrappers(model, beam=4)
+    ids, mask = (torch.from_numpy(a) for a in batch(tokenizer, ["A man is walking.", "Two dogs."]))
+    dec_ids = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7, 8]] * 2)
+    with torch.no_grad():
+        reference = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_ids).logits
+        hidden, *cross = encoder(ids, mask)
+        assert torch.equal(hidden, model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state)
+        logits, next_log_probs, next_ids, *present = decoder(dec_ids, mask, export.empty_cache(model, 2), cross)
+        assert (logits - reference).abs().max() <= 1e-5
+        assert [tuple(c.shape) for c in present] == [(2, 4, 5, 16)] * 4
+        cache, steps = export.empty_cache(model, 2), []
+        for t in range(dec_ids.shape[1]):
+            step_logits, _, _, *cache = decoder(dec_ids[:, t : t + 1], mask, cache, cross)
+            steps.append(step_logits)
+    assert (torch.cat(steps, dim=1) - reference).abs().max() <= 1e-5
+    expected = expected_candidates(reference, 9)
+    assert torch.equal(next_ids, expected.indices)
+    assert (next_log_probs - expected.values).abs().max() <= 1e-5
+
+
+def test_onnx_graphs_accept_other_batch_sizes_beams_lengths_and_cache_lengths_than_the_export(exported):
+    import torch
+
+    paths, _ = exported
+    model, tokenizer = load_model(paths.final_model)
+    ort = runtime(paths)
+    limit = export_params().export.max_logit_diff
+    # The export example had 2 sentences x 3 beams, 2 new tokens after a cache of 3; try 3 and 1 sentences,
+    # 1, 2 and 4 rows per sentence, caches of 0, 1 and 6 tokens and 1 or 7 new ones.
+    rng = np.random.default_rng(0)
+    for sentences, group, past_len, new_len in (
+        (["A man.", "A woman in a red coat rides a bike down a long city street.", "Hello there"], 1, 0, 7),
+        (["Only one sentence here, a bit longer than the others."], 4, 1, 1),
+        (["Two short ones.", "Here."], 2, 6, 1),
+    ):
+        ids, mask = batch(tokenizer, sentences)
+        rows = len(sentences) * group
+        prefix = rng.integers(2, 900, size=(rows, past_len + new_len))
+        prefix[:, 0] = model.config.decoder_start_token_id
+        # PyTorch runs each hypothesis with its own copy of its sentence.
+        with torch.no_grad():
+            reference = model(input_ids=torch.from_numpy(ids).repeat_interleave(group, 0),
+                              attention_mask=torch.from_numpy(mask).repeat_interleave(group, 0),
+                              decoder_input_ids=torch.from_numpy(prefix)).logits.numpy()
+        hidden, cross = ort.encode(ids, mask)
+        cache = ort.empty_cache(rows)
+        if past_len:
+            cache = ort.decode(prefix[:, :past_len], mask, cache, cross).self_cache
+        out = ort.decode(prefix[:, past_len:], mask, cache, cross)
+        assert hidden.shape == (len(sentences), ids.shape[1], model.config.d_model)
+        assert [c.shape for c in cross] == [(len(sentences), 4, ids.shape[1], 16)] * 4
+        assert out.logits.shape == (rows, new_len, model.config.vocab_size)
+        assert [c.shape for c in out.self_cache] == [(rows, 4, past_len + new_len, 16)] * 4
+        assert np.abs(out.logits - reference[:, past_len:]).max() <= limit
+        expected = expected_candidates(reference, 9)
+        assert np.array_equal(out.next_ids, expected.indices.numpy())
+        assert np.abs(out.next_log_probs - expected.values.numpy()).max() <= limit
+        # The search asks for the candidates and the cache only.
+        search = ort.decode(prefix[:, past_len:], mask, cache, cross, logits=False)
+        assert search.logits is None and np.array_equal(search.next_ids, out.next_ids)
+
+
+def test_torchscript_graphs_are_the_legacy_uncached_ones_and_match_on_a_new_shape(exported):
+    import torch
+
+    paths, _ = exported
+    model, tokenizer = load_model(paths.final_model)
+    encoder, decoder = export.legacy_wrappers(model)
+    ts_encoder = torch.jit.load(str(paths.export / "encoder.ts.pt"))
+    ts_decoder = torch.jit.load(str(paths.export / "decoder.ts.pt"))
+    ids, mask = (torch.from_numpy(a) for a in batch(tokenizer, ["x", "A dog runs.", "Three people sit on a bench."]))
+    dec_ids = torch.full((3, 5), model.config.decoder_start_token_id)
+    with torch.no_grad():
+        hidden = encoder(ids, mask)
+        assert (ts_encoder(ids, mask) - hidden).abs().max() <= 1e-5
+        assert (ts_decoder(dec_ids, hidden, mask) - decoder(dec_ids, hidden, mask)).abs().max() <= 1e-5
+        reference = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_ids).logits
+    assert torch.equal(decoder(dec_ids, hidden, mask), reference)
+
+
+# --------------------------------------------------------------------------------------------------- the report
+
+
+def test_metrics_report_parity_figures_under_the_thresholds_and_the_int8_bleu_delta(exported):
     paths, summary = exported
     params = export_params()
     metrics = read_json(paths.metrics("export"))
     assert metrics["n_sentences"] == PARITY_SENTENCES
-    for fmt in ("onnx", "torchscript"):
+    expected_diffs = {
+        "onnx": {"encoder", "decoder", "decoder_cached", "end_to_end"},
+        "torchscript": {"encoder", "decoder"},
+    }
+    for fmt, names in expected_diffs.items():
+        assert {k.removesuffix("_max_abs_diff") for k in metrics[fmt] if k.endswith("_max_abs_diff")} == names
+        for name in names:
+            assert 0 <= metrics[fmt][f"{name}_max_abs_diff"] <= params.export.max_logit_diff
         for graph in ("encoder", "decoder"):
-            assert 0 <= metrics[fmt][f"{graph}_max_abs_diff"] <= params.export.max_logit_diff
             assert metrics[fmt]["export_seconds"][graph] > 0
             assert metrics[fmt]["size_mb"][graph] > 0
     assert metrics["identical_share"] >= params.export.min_identical
     assert metrics["emitted_pad"] is False
-    assert metrics["bleu"]["delta"] <= 0.1
+    assert metrics["bleu"]["delta"] <= params.export.max_bleu_delta
+    assert metrics["bleu"]["delta"] == round(abs(metrics["bleu"]["onnx"] - metrics["bleu"]["pytorch"]), 2)
+    int8 = metrics["onnx_int8"]
+    assert 0 <= int8["identical_share"] <= 1
+    assert int8["bleu_delta"] == round(int8["bleu"] - metrics["bleu"]["pytorch"], 2)
+    assert metrics["thresholds"] == {"max_logit_diff": 1e-4, "min_identical": 0.99, "max_bleu_delta": 0.1}
+    diffs = [v for f in expected_diffs for k, v in metrics[f].items() if k.endswith("_max_abs_diff")]
     assert summary == {
         "identical_share": metrics["identical_share"],
-        "max_logit_diff": max(metrics[f][f"{g}_max_abs_diff"] for f in ("onnx", "torchscript") for g in export.GRAPHS),
+        "max_logit_diff": max(diffs),
         "bleu_delta": metrics["bleu"]["delta"],
+        "int8_bleu_delta": int8["bleu_delta"],
     }
 
 
@@ -115,166 +237,127 @@ def test_export_dir_is_self_contained_with_tokenizer_config_and_manifest(exporte
     assert (paths.export / "generation_config.json").is_file()
 
     manifest = read_json(paths.export / "export.json")
+    assert manifest["kv_cache"] is True
     assert manifest["files"]["onnx"] == {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+    assert manifest["files"]["onnx_int8"] == {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
     assert manifest["files"]["torchscript"] == {"encoder": "encoder.ts.pt", "decoder": "decoder.ts.pt"}
+    assert manifest["inputs"]["onnx"]["decoder"][2:4] == ["self_key_0", "self_value_0"]
+    assert manifest["next_token_candidates"] == 9
     assert manifest["opset"] == export_params().export.opset
     assert manifest["vocab_size"] == config.vocab_size == len(tokenizer)
     # Marian layout: </s> = 0, <pad> = last id, decoding starts from <pad>.
     assert manifest["eos_id"] == 0
     assert manifest["pad_id"] == manifest["decoder_start_id"] == config.vocab_size - 1
     assert manifest["dims"]["d_model"] == config.d_model
+    defaults = parse({}).evaluate
+    assert manifest["generation"] == {"beam": defaults.beam, "length_penalty": defaults.length_penalty,
+                                      "max_len_a": defaults.max_len_a, "max_len_b": defaults.max_len_b}
     for name in manifest["model_files"]:
         assert (paths.export / name).is_file()
 
 
-def test_onnx_graphs_accept_other_batch_sizes_and_lengths_than_the_trace(exported):
-    import torch
+@pytest.mark.skipif(not CTRANSLATE2_INSTALLED, reason="ctranslate2 is not installed (the `ct2` extra)")
+def test_ctranslate2_conversion_is_written_and_its_agreement_reported(exported):
+    import ctranslate2
 
     paths, _ = exported
-    model, tokenizer = load_model(paths)
-    encoder, decoder = export.export_wrappers(model)
-    runtime = export.OrtModel(paths.export / "encoder.onnx", paths.export / "decoder.onnx")
-    limit = export_params().export.max_logit_diff
-    # The trace used batch 2 and a 3-token target prefix; try 3 and 1 sentences, 1 and 7 target tokens.
-    for sentences, target_len in (
-        (["A man.", "A woman in a red coat rides a bike down a long city street.", "Hello there"], 7),
-        (["Only one sentence here, a bit longer than the others."], 1),
-    ):
-        ids, mask = batch(tokenizer, sentences)
-        dec_ids = np.random.default_rng(0).integers(2, 900, size=(len(sentences), target_len))
-        dec_ids[:, 0] = model.config.decoder_start_token_id
-        with torch.no_grad():
-            ref_hidden = encoder(torch.from_numpy(ids), torch.from_numpy(mask))
-            ref_logits = decoder(torch.from_numpy(dec_ids), ref_hidden, torch.from_numpy(mask)).numpy()
-        hidden = runtime.encode(ids, mask)
-        logits = runtime.decode(dec_ids, ref_hidden.numpy(), mask)
-        assert hidden.shape == (len(sentences), ids.shape[1], model.config.d_model)
-        assert logits.shape == (len(sentences), target_len, model.config.vocab_size)
-        real = mask.astype(bool)
-        assert np.abs(hidden[real] - ref_hidden.numpy()[real]).max() <= limit
-        assert np.abs(logits - ref_logits).max() <= limit
-
-
-def test_onnx_inputs_have_symbolic_batch_and_length_dims(exported):
-    import onnx
-
-    paths, _ = exported
-    for name in ("encoder.onnx", "decoder.onnx"):
-        graph = onnx.load(str(paths.export / name)).graph
-        for tensor in graph.input:
-            dims = tensor.type.tensor_type.shape.dim
-            assert dims[0].dim_param and dims[1].dim_param, f"{name}:{tensor.name} has a fixed batch or length"
-
-
-def test_torchscript_graphs_load_and_match_the_wrappers_on_a_new_shape(exported):
-    import torch
-
-    paths, _ = exported
-    model, tokenizer = load_model(paths)
-    encoder, decoder = export.export_wrappers(model)
-    ts_encoder = torch.jit.load(str(paths.export / "encoder.ts.pt"))
-    ts_decoder = torch.jit.load(str(paths.export / "decoder.ts.pt"))
-    ids, mask = (torch.from_numpy(a) for a in batch(tokenizer, ["x", "A dog runs.", "Three people sit on a bench."]))
-    dec_ids = torch.full((3, 5), model.config.decoder_start_token_id)
-    with torch.no_grad():
-        hidden = encoder(ids, mask)
-        assert (ts_encoder(ids, mask) - hidden).abs().max() <= 1e-5
-        assert (ts_decoder(dec_ids, hidden, mask) - decoder(dec_ids, hidden, mask)).abs().max() <= 1e-5
-
-
-def test_wrappers_reproduce_the_model_forward(exported):
-    import torch
-
-    paths, _ = exported
-    model, tokenizer = load_model(paths)
-    assert isinstance(export.export_wrappers(model)[0], export.EncoderForExport)
-    encoder, decoder = export.export_wrappers(model)
-    ids, mask = (torch.from_numpy(a) for a in batch(tokenizer, ["A man is walking.", "Two dogs."]))
-    dec_ids = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7]] * 2)
-    with torch.no_grad():
-        logits = decoder(dec_ids, encoder(ids, mask), mask)
-        reference = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_ids).logits
-    assert torch.equal(logits, reference)
+    metrics = read_json(paths.metrics("export"))["ctranslate2"]
+    assert (paths.export / "ctranslate2" / "model.bin").is_file()
+    assert metrics["quantization"] == "int8" and metrics["size_mb"] > 0
+    assert 0 <= metrics["identical_share"] <= 1 and "bleu_delta" in metrics
+    translator = ctranslate2.Translator(str(paths.export / "ctranslate2"), device="cpu")
+    result = translator.translate_batch([["▁A", "▁dog", "</s>"]], beam_size=1, max_decoding_length=5)
+    assert "<pad>" not in result[0].hypotheses[0]
 
 
 # --------------------------------------------------------------------------------------------------- the gate
 
 
-def test_a_perturbed_onnx_decoder_fails_the_gate_and_publishes_nothing(tiny_model_dir, tmp_path, monkeypatch):
-    paths = make_root(tiny_model_dir, tmp_path)
-    decode = export.OrtModel.decode
+def reuse_onnx_graphs(exported_dir: Path):
+    """An export_onnx that copies the shared export's graphs: the gate tests are about the gate, not the export."""
 
-    def perturbed(self, *args):
-        logits = decode(self, *args)
-        return logits + np.random.default_rng(0).normal(0, 1e-2, logits.shape).astype(logits.dtype)
+    def copy_graphs(model, example, out, opset, beam):
+        for name in ("encoder.onnx", "decoder.onnx"):
+            shutil.copy2(exported_dir / name, out / name)
+        return {"encoder": 0.01, "decoder": 0.01}
 
-    monkeypatch.setattr(export.OrtModel, "decode", perturbed)
-    with pytest.raises(ParityFailed, match=r"onnx decoder max abs diff .* > max_logit_diff 0\.0001"):
+    return copy_graphs
+
+
+def test_a_perturbed_onnx_decoder_fails_the_gate_and_publishes_nothing(exported, make_sharpened_root, monkeypatch):
+    paths = make_sharpened_root()
+    monkeypatch.setattr(export, "export_onnx", reuse_onnx_graphs(exported[0].export))
+    decode = OnnxSeq2Seq.decode
+
+    def perturbed(self, *args, **kwargs):
+        out = decode(self, *args, **kwargs)
+        if out.logits is None:  # the search's steps: only the logits are perturbed
+            return out
+        noise = np.random.default_rng(0).normal(0, 1e-2, out.logits.shape).astype(out.logits.dtype)
+        return dataclasses.replace(out, logits=out.logits + noise)
+
+    monkeypatch.setattr(OnnxSeq2Seq, "decode", perturbed)
+    with pytest.raises(ParityFailed, match=r"onnx decoder max abs diff .* > max_logit_diff 0\.0001") as failure:
         export.run(export_params(torchscript=False, parity_sentences=4), paths)
+    assert "onnx decoder cached max abs diff" in str(failure.value)
     assert not paths.export.exists()
     assert not paths.metrics("export").exists()
 
 
 def test_gate_names_every_figure_over_its_threshold():
-    params = export_params(max_logit_diff=1e-4, min_identical=0.99)
+    params = export_params(max_logit_diff=1e-4, min_identical=0.99, max_bleu_delta=0.1)
     report = {
         "n_sentences": 10,
-        "onnx": {"encoder_max_abs_diff": 1e-6, "decoder_max_abs_diff": 3e-3},
+        "onnx": {"encoder_max_abs_diff": 1e-6, "decoder_max_abs_diff": 3e-3, "decoder_cached_max_abs_diff": 2e-4,
+                 "end_to_end_max_abs_diff": 5e-5, "export_seconds": {"encoder": 99.0}},
         "torchscript": {"encoder_max_abs_diff": float("nan"), "decoder_max_abs_diff": 0.0},
         "identical_share": 0.9,
         "emitted_pad": True,
+        "bleu": {"pytorch": 20.0, "onnx": 19.5, "delta": 0.5},
+        # int8 and CTranslate2 are reported, never gated.
+        "onnx_int8": {"identical_share": 0.1, "bleu": 2.0, "bleu_delta": -18.0},
     }
     failures = export.parity_failures(report, params)
-    assert len(failures) == 4
+    assert len(failures) == 6, failures
     assert "onnx decoder max abs diff 0.003 > max_logit_diff 0.0001" in failures
+    assert "onnx decoder cached max abs diff 0.0002 > max_logit_diff 0.0001" in failures
     assert any(f.startswith("torchscript encoder max abs diff nan") for f in failures)
     assert any("90.00% of 10 sentences < min_identical 99.00%" in f for f in failures)
+    assert "onnx greedy BLEU differs from PyTorch by 0.50 > max_bleu_delta 0.10" in failures
     assert "onnx greedy decoding emitted <pad>" in failures
-    report.update(onnx={"encoder_max_abs_diff": 0.0, "decoder_max_abs_diff": 1e-4}, identical_share=0.99)
-    report.update(torchscript={"encoder_max_abs_diff": 0.0, "decoder_max_abs_diff": 0.0}, emitted_pad=False)
+    report["onnx"].update(decoder_max_abs_diff=1e-4, decoder_cached_max_abs_diff=0.0)
+    report.update(torchscript={"encoder_max_abs_diff": 0.0, "decoder_max_abs_diff": 0.0}, emitted_pad=False,
+                  identical_share=0.99, bleu={"pytorch": 20.0, "onnx": 19.9, "delta": 0.1})
     assert export.parity_failures(report, params) == []
-
-
-class ScriptedRuntime:
-    """A fake ONNX model whose decoder prefers, at step t, the token script[row][t]."""
-
-    def __init__(self, script: list[list[int]], vocab: int = 6):
-        self.script, self.vocab = script, vocab
-
-    def encode(self, input_ids, attention_mask):
-        return np.zeros((*input_ids.shape, 4), dtype=np.float32)
-
-    def decode(self, decoder_input_ids, hidden, attention_mask):
-        batch, length = decoder_input_ids.shape
-        logits = np.zeros((batch, length, self.vocab), dtype=np.float32)
-        logits[:, -1, 1] = 0.5  # token 1 is every step's second choice
-        for row in range(batch):
-            logits[row, -1, self.script[row][length - 1]] = 1.0
-        return logits
-
-
-def test_ort_greedy_stops_at_eos_never_emits_pad_and_forces_eos_at_the_limit():
-    eos, pad = 0, 5
-    # Row 0 ends early; row 1 "wants" <pad> at step 1 (it gets its next-best token, 1); row 2 never ends.
-    runtime = ScriptedRuntime([[3, 0, 4, 4], [2, pad, 3, 0], [4, 4, 4, 4]])
-    ids = np.ones((3, 2), dtype=np.int64)
-    out = export.ort_greedy(runtime, ids, np.ones_like(ids), start_id=pad, eos_id=eos, pad_id=pad, max_new_tokens=4)
-    assert out[0] == [3, 0]
-    assert out[1] == [2, 1, 3, 0]
-    assert out[2] == [4, 4, 4, 0]
 
 
 # --------------------------------------------------------------------------------------------------- switches
 
 
-def test_with_both_formats_off_the_export_dir_still_holds_tokenizer_config_and_manifest(tiny_model_dir, tmp_path):
-    paths = make_root(tiny_model_dir, tmp_path)
+def test_with_every_format_off_the_export_dir_still_holds_tokenizer_config_and_manifest(make_sharpened_root):
+    paths = make_sharpened_root()
     summary = export.run(export_params(onnx=False, torchscript=False), paths)
     names = {p.name for p in paths.export.iterdir()}
     assert {"config.json", "generation_config.json", "tokenizer_config.json", "export.json"} <= names
     assert not {n for n in names if n.endswith((".onnx", ".pt", ".safetensors"))}
-    assert read_json(paths.export / "export.json")["files"] == {}
-    assert summary == {"identical_share": None, "max_logit_diff": None, "bleu_delta": None}
+    manifest = read_json(paths.export / "export.json")
+    assert manifest["files"] == {} and manifest["kv_cache"] is False
+    assert summary == {"identical_share": None, "max_logit_diff": None, "bleu_delta": None, "int8_bleu_delta": None}
+
+
+def test_int8_without_onnx_is_a_params_error():
+    with pytest.raises(ParamsError, match="int8 quantises the ONNX graphs: it needs onnx: true"):
+        parse({"export": {"onnx": False, "int8": True}})
+
+
+def test_ctranslate2_requested_without_the_package_names_the_extra_before_any_work(tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else
+                        find_spec(name, *a))
+    with pytest.raises(OptionalDependencyMissing, match=r"pip install 'mtpipe\[ct2\]'"):
+        export.run(export_params(ctranslate2=True), Paths(tmp_path))
 
 
 def test_a_missing_final_model_names_the_train_stage(tmp_path):

@@ -1,10 +1,16 @@
-"""The training stage on real Multi30k pairs: it learns, saves a standard model, and every mode runs."""
+"""The training stage on real Multi30k pairs: it learns, saves a standard model, resumes exactly, survives and
+reports non-finite updates, and trains the same update on 2 processes as on 1 process accumulating 2 batches."""
 
 from __future__ import annotations
 
+import csv
 import json
+import logging
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +21,9 @@ from stages import tokenize, train
 from tests.conftest import write_clean_splits
 
 SMALL = {"d_model": 32, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1, "attention_heads": 2}
+# One thread: these tiny matrices gain nothing from more, and OpenMP threads sharing cores with other work wait
+# on each other.
+FAST = {"threads": 1, "valid_bleu_sentences": 16}
 
 
 @pytest.fixture(scope="module")
@@ -26,19 +35,65 @@ def tokenized(tmp_path_factory) -> Path:
 
 
 def run_training(tokenized: Path, tmp_path: Path, **sections) -> tuple[Paths, dict]:
-    shutil.copytree(tokenized / "data", tmp_path / "data")
+    if not (tmp_path / "data").exists():
+        shutil.copytree(tokenized / "data", tmp_path / "data")
     raw = {"model": {"preset": "tiny", **SMALL}, "train": {"max_steps": 20, "valid_every": 10, "log_every": 5,
-                                                           "lr": 3e-3, "warmup_steps": 10, "max_tokens": 1024}}
+                                                           "lr": 3e-3, "warmup_steps": 10, "max_tokens": 1024,
+                                                           **FAST}}
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
     paths = Paths(tmp_path)
     return paths, train.run(parse(raw), paths)
 
 
+def curve(paths: Paths, name: str) -> dict[int, float]:
+    """A DVCLive curve as {step: value}."""
+    with open(paths.dvclive / "plots" / "metrics" / f"{name}.tsv", encoding="utf-8") as f:
+        return {int(row["step"]): float(row[name.split("/")[-1]]) for row in csv.DictReader(f, delimiter="\t")}
+
+
+def weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(path / "model.safetensors")
+
+
+def test_an_update_takes_the_same_batches_however_processes_and_accumulation_split_it():
+    import numpy as np
+
+    from stages.train.batching import epoch_batches, update_target_tokens
+
+    batches = [np.array([i]) for i in range(23)]
+    tokens = np.arange(100, 123)
+
+    def updates(world, update_freq):
+        per_rank = [epoch_batches(batches, 2, 7, r, world, update_freq) for r in range(world)]
+        n = len(per_rank[0]) // update_freq
+        return [sorted(int(b[0]) for rank in per_rank for b in rank[u * update_freq : (u + 1) * update_freq])
+                for u in range(n)]
+
+    assert updates(2, 1) == updates(1, 2) and len(updates(1, 2)) == 11  # 23 batches: 11 updates of 2
+    assert updates(4, 1) == updates(2, 2) == updates(1, 4)
+    assert len(updates(4, 1)) == 5 and all(len(u) == 4 for u in updates(4, 1))
+    # The loss normaliser every rank computes for itself: the update's target tokens over all its batches.
+    assert update_target_tokens(tokens, 2, 7, 2).tolist() == [sum(tokens[i] for i in u) for u in updates(1, 2)]
+
+
+def test_the_training_loop_imports_only_what_a_bare_gpu_machine_has():
+    code = ("import sys, stages.train.loop\n"
+            "print(','.join(m for m in ('pydantic', 'pyarrow', 'pandas', 'great_expectations', 'dvc', 'prefect', "
+            "'datasets', 'sacrebleu') if m in sys.modules))")
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_training_lowers_the_validation_loss_and_saves_a_standard_model(tokenized, tmp_path):
+    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    paths, metrics = run_training(tokenized, tmp_path, train={"max_steps": 80, "valid_every": 40})
+    paths, metrics = run_training(tokenized, tmp_path, train={"max_steps": 80, "valid_every": 40, "save_every": 20,
+                                                              "average_last": 3})
     vocab = json.loads((tokenized / "data/tokenized/meta.json").read_text())["vocab_size"]
     assert metrics["steps"] == 80 and metrics["stop_reason"] == "max_steps"
     assert metrics["best_valid_loss"] < 0.8 * math.log2(vocab)  # an untrained model scores about log2(vocab)
@@ -49,18 +104,122 @@ def test_training_lowers_the_validation_loss_and_saves_a_standard_model(tokenize
     assert model.get_input_embeddings().weight[tok.pad_token_id].abs().max().item() == 0.0  # <pad> row kept at zero
     curves = paths.dvclive / "plots" / "metrics"
     for name in ("train/loss.tsv", "train/lr.tsv", "train/tgt_tokens_per_s.tsv", "train/padding_efficiency.tsv",
-                 "valid/loss.tsv"):
+                 "valid/loss.tsv", "valid/bleu.tsv", "system/cpu_percent.tsv", "system/rss_gb.tsv"):
         assert (curves / name).stat().st_size > 0, name
+    assert sorted(curve(paths, "valid/bleu")) == [40, 80]
+
+    # models/final is the mean of the last 3 checkpoints (updates 40, 60, 80), not the last or best weights.
+    ckpt = paths.checkpoints
+    assert {p.name for p in ckpt.iterdir()} >= {"last.pt", "best.pt", "average"}
+    snapshots = [torch.load(ckpt / "average" / f"step-{s:09d}.pt") for s in (40, 60, 80)]
+    assert sorted(p.name for p in (ckpt / "average").iterdir()) == [f"step-{s:09d}.pt" for s in (40, 60, 80)]
+    assert metrics["final_model"] == "average of the checkpoints at updates 40, 60, 80"
+    final = weights(paths.final_model)
+    for name, tensor in final.items():
+        key = name if name in snapshots[0] else "model.shared.weight"  # tied embeddings are saved once
+        expected = sum(s[key].double() for s in snapshots) / 3
+        assert torch.allclose(tensor.double(), expected, atol=1e-6), name
+    assert not torch.equal(final["model.shared.weight"], snapshots[-1]["model.shared.weight"])
+    last = torch.load(ckpt / "last.pt", weights_only=False)
+    assert set(last) >= {"model", "optimizer", "schedule", "scaler", "rng", "progress", "fingerprint"}
+    assert last["progress"]["step"] == 80 and set(last["rng"][0]) == {"python", "numpy", "torch"}
 
 
 def test_the_same_seed_gives_the_same_weights(tokenized, tmp_path):
     import torch
-    from safetensors.torch import load_file
 
     first, _ = run_training(tokenized, tmp_path / "a")
-    second, _ = run_training(tokenized, tmp_path / "b")
-    a, b = (load_file(p.final_model / "model.safetensors") for p in (first, second))
+    second, metrics = run_training(tokenized, tmp_path / "b")
+    a, b = (weights(p.final_model) for p in (first, second))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # average_last 1: models/final holds the weights with the best valid loss
+    assert metrics["final_model"] == f"best valid loss, update {metrics['best_step']}"
+
+
+def test_a_crashed_run_resumes_into_the_same_updates_as_an_uninterrupted_one(tokenized, tmp_path, monkeypatch):
+    import torch
+
+    settings = {"max_steps": 30, "save_every": 10, "valid_every": 15, "log_every": 5}
+    whole, whole_metrics = run_training(tokenized, tmp_path / "whole", train=settings)
+
+    monkeypatch.setenv("MTPIPE_TRAIN_FAIL_AT", "0:24")  # crash before update 24: last.pt holds update 20
+    with pytest.raises(RuntimeError, match="on purpose"):
+        run_training(tokenized, tmp_path / "split", train=settings)
+    monkeypatch.delenv("MTPIPE_TRAIN_FAIL_AT")
+    split, split_metrics = run_training(tokenized, tmp_path / "split", train=settings)
+
+    assert split_metrics["resumed_from_step"] == 20 and whole_metrics["resumed_from_step"] is None
+    assert split_metrics["steps"] == whole_metrics["steps"] == 30
+    # Same updates: dropout masks (RNG states), batches (data position), Adam moments and schedule all resumed.
+    assert curve(split, "train/loss") == curve(whole, "train/loss")
+    assert curve(split, "valid/loss") == curve(whole, "valid/loss")
+    a = torch.load(whole.checkpoints / "last.pt", weights_only=False)["model"]
+    b = torch.load(split.checkpoints / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    # Raising max_steps continues the finished run; a change that alters the updates starts from scratch.
+    _, more = run_training(tokenized, tmp_path / "split", train={**settings, "max_steps": 35})
+    assert more["resumed_from_step"] == 30 and more["steps"] == 35
+
+
+def test_a_checkpoint_of_another_configuration_is_not_resumed(tokenized, tmp_path, caplog):
+    run_training(tokenized, tmp_path, train={"max_steps": 10, "save_every": 5})
+    with caplog.at_level(logging.INFO, logger="mtpipe.train"):
+        _, metrics = run_training(tokenized, tmp_path, train={"max_steps": 10, "save_every": 5, "lr": 1e-3})
+    assert metrics["resumed_from_step"] is None and metrics["steps"] == 10
+    assert "different configuration (train.lr 0.003 -> 0.001): starting fresh" in caplog.text
+
+
+def poison(monkeypatch, bad_calls):
+    """Make the training loss NaN on the given training forward passes (counted from 1)."""
+    from stages.train import loop
+
+    real, calls = loop.seq2seq_loss, {"n": 0}
+
+    def patched(model, inputs, label_smoothing):
+        loss = real(model, inputs, label_smoothing)
+        if model.training:
+            calls["n"] += 1
+            if bad_calls(calls["n"]):
+                return loss * float("nan")
+        return loss
+
+    monkeypatch.setattr(loop, "seq2seq_loss", patched)
+
+
+def test_non_finite_updates_are_skipped_counted_and_logged(tokenized, tmp_path, monkeypatch, caplog):
+    poison(monkeypatch, lambda n: n in (3, 4, 9))
+    with caplog.at_level(logging.WARNING, logger="mtpipe.train"):
+        paths, metrics = run_training(tokenized, tmp_path, train={"max_steps": 10})
+    assert metrics["steps"] == 10 and metrics["skipped_updates"] == 3  # 13 batches for 10 updates
+    assert "non-finite loss or gradient after update 2: update skipped (2 in a row, 2 in all)" in caplog.text
+    assert all(math.isfinite(v) for v in curve(paths, "train/loss").values())
+    assert curve(paths, "train/skipped_updates")[10] == 3
+
+
+def test_too_many_non_finite_updates_in_a_row_stop_the_stage_with_a_clear_error(tokenized, tmp_path, monkeypatch,
+                                                                                   caplog):
+    poison(monkeypatch, lambda n: n > 4)
+    shutil.copytree(tokenized / "data", tmp_path / "data")
+    (tmp_path / "params.yaml").write_text(json.dumps({
+        "model": {"preset": "tiny", **SMALL}, "train": {"max_steps": 20, "max_bad_steps": 3, **FAST}}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["stages.train", "params.yaml"])
+    with pytest.raises(SystemExit) as exit_info, caplog.at_level(logging.ERROR):
+        train._main()
+    assert exit_info.value.code == 1
+    assert "training diverged: 3 updates in a row after update 4 had a non-finite loss or gradient" in caplog.text
+
+
+def test_early_stopping_after_patience_validations_without_improvement(tokenized, tmp_path, monkeypatch):
+    from stages.train import loop
+
+    real = loop.seq2seq_loss
+    # A valid loss that never improves after the first validation.
+    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls: real(m, i, ls) if m.training else
+                        (i["labels"] != -100).sum().double() * 5)
+    _, metrics = run_training(tokenized, tmp_path, train={"max_steps": 100, "valid_every": 4, "patience": 2})
+    assert metrics["stop_reason"] == "early_stopping" and metrics["steps"] == 12 and metrics["best_step"] == 4
 
 
 def test_bf16_autocast_trains_with_a_finite_loss(tokenized, tmp_path):
@@ -69,14 +228,14 @@ def test_bf16_autocast_trains_with_a_finite_loss(tokenized, tmp_path):
 
 
 def test_time_limit_stops_training(tokenized, tmp_path):
-    _, metrics = run_training(tokenized, tmp_path, train={"max_steps": 100000, "max_minutes": 0.05})
+    _, metrics = run_training(tokenized, tmp_path, train={"max_steps": 100000, "max_minutes": 0.02})
     assert metrics["stop_reason"] == "max_minutes" and metrics["steps"] < 100000
 
 
 def test_pretrained_init_fine_tunes_the_checkpoint(tmp_path, tiny_model_dir):
     write_clean_splits(tmp_path, {"train": 500, "valid": 50, "test": 20})
     params = parse({"model": {"init": "pretrained", "name_or_path": str(tiny_model_dir)},
-                    "train": {"max_steps": 5, "valid_every": 5}})
+                    "train": {"max_steps": 5, "valid_every": 5, **FAST}})
     tokenize.run(params, Paths(tmp_path))
     metrics = train.run(params, Paths(tmp_path))
     from transformers import AutoConfig
@@ -86,14 +245,51 @@ def test_pretrained_init_fine_tunes_the_checkpoint(tmp_path, tiny_model_dir):
         tiny_model_dir).d_model
 
 
-def test_two_processes_train_through_torchrun_with_gloo(tokenized, tmp_path):
-    shutil.copytree(tokenized / "data", tmp_path / "data")
-    params_file = tmp_path / "params.yaml"
+def write_params(root: Path, tokenized: Path, train_settings: dict) -> Path:
+    shutil.copytree(tokenized / "data", root / "data")
+    params_file = root / "params.yaml"
     params_file.write_text(json.dumps({
-        "model": {"preset": "tiny", **SMALL},
-        "train": {"max_steps": 6, "valid_every": 3, "log_every": 3, "max_tokens": 1024, "nproc": 2, "threads": 1},
+        # dropout 0: the two layouts below draw different dropout masks, everything else is the same arithmetic
+        "model": {"preset": "tiny", **SMALL, "dropout": 0.0},
+        "train": {"max_steps": 6, "valid_every": 3, "log_every": 1, "max_tokens": 1024, "threads": 1,
+                  "valid_bleu_sentences": 0, **train_settings},
     }))
-    paths = Paths(tmp_path)
+    return params_file
+
+
+def test_two_processes_train_through_torchrun_with_gloo(tokenized, tmp_path):
+    """2 ranks x 1 batch per update == 1 process x 2 accumulated batches: the same batches make each update."""
+    import torch
+
+    params_file = write_params(tmp_path / "ddp", tokenized, {"nproc": 2})
+    paths = Paths(tmp_path / "ddp")
     metrics = train.run(parse(json.loads(params_file.read_text())), paths, params_file=str(params_file))
     assert metrics["processes"] == 2 and metrics["steps"] == 6
     assert (paths.final_model / "model.safetensors").exists()
+    assert len(metrics["replica_digests"]) == 1  # both ranks ended with bit-identical parameters
+
+    single_file = write_params(tmp_path / "single", tokenized, {"nproc": 1, "update_freq": 2})
+    single = Paths(tmp_path / "single")
+    single_metrics = train.run(parse(json.loads(single_file.read_text())), single)
+    assert single_metrics["processes"] == 1 and single_metrics["update_freq"] == 2
+    ddp_loss, single_loss = curve(paths, "train/loss"), curve(single, "train/loss")
+    assert sorted(ddp_loss) == sorted(single_loss) == [1, 2, 3, 4, 5, 6]
+    for step in ddp_loss:
+        assert ddp_loss[step] == pytest.approx(single_loss[step], rel=1e-5), step
+    # The gradient itself (Adam would hide a gradient off by a constant factor from the loss curve).
+    ddp_norm, single_norm = curve(paths, "train/grad_norm"), curve(single, "train/grad_norm")
+    assert all(ddp_norm[s] == pytest.approx(single_norm[s], rel=1e-4) for s in ddp_norm)
+    assert curve(paths, "valid/loss")[6] == pytest.approx(curve(single, "valid/loss")[6], rel=1e-5)
+    a, b = weights(paths.final_model), weights(single.final_model)
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_a_rank_that_dies_ends_the_job_non_zero_without_hanging(tokenized, tmp_path):
+    params_file = write_params(tmp_path, tokenized, {"nproc": 2, "max_steps": 50})
+    env = {**os.environ, "MTPIPE_TRAIN_FAIL_AT": "1:3", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    result = subprocess.run([sys.executable, "-m", "stages.train", str(params_file)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 1
+    assert "rank 1 failed on purpose before update 3" in result.stderr
+    assert "distributed training failed (torchrun exit code 1" in result.stderr
+    assert not (tmp_path / "models" / "final").exists()

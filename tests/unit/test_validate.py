@@ -83,11 +83,14 @@ def test_clean_pairs_pass_and_data_docs_are_written(tmp_path, caplog):
     assert list(metrics["splits"]) == ["train", "valid", "test"]
     train = metrics["splits"]["train"]
     assert train["rows"] == len(GOOD_TRAIN)
-    assert train["evaluated_expectations"] == train["successful_expectations"] == 12
+    # row count, 2 not-null, 2 char and 2 word bounds, ratio, copy, unique, control, html, 2 letter shares,
+    # 2 script shares, 2 languages
+    assert train["evaluated_expectations"] == train["successful_expectations"] == 18
+    assert train["language_sample_rows"] == len(GOOD_TRAIN)  # fewer rows than validate.language_sample: all
     assert train["failed_critical"] == train["failed_non_critical"] == []
     assert metrics["splits"]["test"]["evaluated_expectations"] == 3
     assert returned == {k: v for k, v in metrics.items() if k != "splits"}
-    assert any("validated 9 rows in 3 split(s) against 18 expectations" in r.message for r in caplog.records)
+    assert any("validated 9 rows in 3 split(s) against 24 expectations" in r.message for r in caplog.records)
 
 
 def test_duplicate_pairs_fail_the_suite_with_examples(tmp_path):
@@ -98,14 +101,14 @@ def test_duplicate_pairs_fail_the_suite_with_examples(tmp_path):
 
     message = str(err.value)
     assert "1 critical expectation(s) failed" in message
-    assert "train: expect_column_values_to_be_unique on pair_key: 2 unexpected (33.33%)" in message
+    assert "train: expect_column_values_to_be_unique on pair_hash: 2 unexpected (33.33%)" in message
     assert "train.en:2 src='Two children play football.'" in message and "train.en:6 " in message
     # The report is written before the error, for the user to inspect.
     assert (paths.validation_report / "index.html").is_file()
     metrics = metrics_of(paths)
     assert metrics["success"] is False and metrics["failed_critical"] == 1
     (failure,) = metrics["splits"]["train"]["failed_critical"]
-    assert failure["expectation"] == "expect_column_values_to_be_unique" and failure["column"] == "pair_key"
+    assert failure["expectation"] == "expect_column_values_to_be_unique" and failure["column"] == "pair_hash"
     assert failure["examples"] == ["Two children play football.\tZwei Kinder spielen Fußball."] * 2
     assert [(r["origin"], r["line"]) for r in failure["rows"]] == [("train.en", 2), ("train.en", 6)]
 
@@ -115,7 +118,7 @@ def test_duplicates_only_warn_when_the_clean_stage_keeps_them(tmp_path):
 
     validate.run(parse({"clean": {"deduplicate": False}}), paths)
 
-    assert failed_columns(metrics_of(paths)["splits"]["train"], "failed_non_critical") == ["pair_key"]
+    assert failed_columns(metrics_of(paths)["splits"]["train"], "failed_non_critical") == ["pair_hash"]
 
 
 def test_overlong_row_fails_naming_the_column(tmp_path):
@@ -215,13 +218,55 @@ def test_missing_train_split_names_the_clean_stage(tmp_path):
 
 def test_word_counts_match_python_split():
     texts = ["a  b", " a\tb\nc ", "a\u00a0b\u3000c", "a\u200bb", "", "\u2028", "x\x1cy", None]
-    batch = pa.RecordBatch.from_pydict(
-        {"src": texts, "tgt": ["x"] * len(texts), "origin": ["o"] * len(texts), "line": list(range(len(texts)))},
-        schema=PAIR_SCHEMA,
-    )
-    with validate.ThreadPoolExecutor(2) as pool:
-        derived = validate.derive_columns(batch, parse({}).clean, pool)
-    assert derived.column("src_words").to_pylist() == [None if t is None else len(t.split()) for t in texts]
+    words = validate.side_features(pa.array(texts, pa.string()), None)["words"]
+    assert words.to_pylist() == [None if t is None else len(t.split()) for t in texts]
+
+
+def test_the_file_gx_loads_holds_measures_only_not_the_text():
+    # What keeps validate's memory small: ~50 bytes a pair instead of the text (~1.1 KB a pair in pandas).
+    assert not {"src", "tgt"} & set(validate.DERIVED_FILE_SCHEMA.names)
+    # Dictionary columns (origin, languages) take a 1-4 byte code a row; the rest have a fixed width.
+    fixed_bits = [f.type.bit_width for f in validate.DERIVED_FILE_SCHEMA if not pa.types.is_dictionary(f.type)]
+    assert sum(fixed_bits) / 8 <= 50
+
+
+def test_swapped_columns_fail_the_language_check_with_examples(tmp_path):
+    longer = [
+        ("A dog runs across the green park.", "Ein Hund rennt über den grünen Rasen."),
+        ("Two children are playing football outside.", "Zwei Kinder spielen draußen Fußball."),
+        ("The woman is reading a thick book.", "Die Frau liest ein dickes Buch."),
+        ("A man rides his red bicycle to work.", "Ein Mann fährt mit seinem roten Fahrrad zur Arbeit."),
+    ]
+    paths = corpus(tmp_path, [(t, s) for s, t in longer])
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse({}), paths)
+
+    assert "train: expect_column_values_to_be_in_set on src_lang: 4 unexpected (100.00%)" in str(err.value)
+    train = metrics_of(paths)["splits"]["train"]
+    assert failed_columns(train) == ["src_lang", "tgt_lang"]
+    assert train["failed_critical"][0]["examples"][:1] == ["de"]
+    assert train["failed_critical"][0]["rows"][0]["src"] == longer[0][1]  # the text, looked up by origin and line
+
+
+def test_the_language_sample_is_seeded_and_bounded():
+    first = validate.language_sample(1_000_000, 2000, seed=1)
+    assert len(first) == 2000 and len(set(first.tolist())) == 2000 and list(first) == sorted(first)
+    assert first.tolist() == validate.language_sample(1_000_000, 2000, seed=1).tolist()
+    assert first.tolist() != validate.language_sample(1_000_000, 2000, seed=2).tolist()
+    assert validate.language_sample(10, 2000, seed=1).tolist() == list(range(10))
+    assert len(validate.language_sample(10, 0, seed=1)) == 0
+
+
+def test_garbled_and_wrong_script_rows_fail_naming_the_column(tmp_path):
+    paths = corpus(tmp_path, [*GOOD_TRAIN, ("| 12 | 3.5 | 4.7 |", "| 12 | 3,5 | 4,7 |"), ("A cat.", "Кошка.")])
+
+    with pytest.raises(ValidationFailed):
+        validate.run(parse({"validate": {"language_sample": 0}}), paths)
+
+    train = metrics_of(paths)["splits"]["train"]
+    assert failed_columns(train) == ["src_letter_share", "tgt_letter_share", "tgt_script_share"]
+    assert [r["line"] for r in train["failed_critical"][2]["rows"]] == [7]
 
 
 def test_module_imports_without_great_expectations_or_pandas():

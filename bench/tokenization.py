@@ -1,6 +1,9 @@
 """Benchmark: the tokenize stage's encoding path against raw SentencePiece on the same lines, in one run.
 
-    .venv/bin/python bench/tokenize.py [--pairs 1000000] [--repeats 3]
+    .venv/bin/python bench/tokenization.py [--pairs 1000000] [--repeats 3]
+
+(Not named tokenize.py: a script's folder comes first on sys.path, and that name would hide the standard
+library's `tokenize` module, which pandas and others import.)
 
 Builds a corpus of `--pairs` training pairs from Multi30k train (replicas with small perturbations, as in
 bench/data_prep.py) as cleaned Parquet, trains a SentencePiece model once (not timed), then times
@@ -24,8 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# This file is named like the stdlib's `tokenize` (which pandas imports): keep bench/ off the import path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"]
 sys.path.insert(0, str(REPO))
 
 

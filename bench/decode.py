@@ -1,0 +1,226 @@
+"""Benchmark decoding on Multi30k test_2016_flickr: transformers `generate`, the ONNX path, CTranslate2.
+
+One trained model, beam 4, 2 threads for every path (torch.set_num_threads, ONNX Runtime intra-op threads,
+CTranslate2 inter_threads x intra_threads). Each path translates the same sentences, in the same token-budget
+batches where it has batches of its own, after a short warm-up; the figures are wall seconds, sentences/s and
+target tokens/s (hypotheses re-tokenized with the model's target tokenizer, </s> included, so every path is
+counted alike), sacreBLEU (cased, 13a) and, against `generate`, the speed ratio, the BLEU change and the share of
+identical hypotheses.
+
+    generate      stages.evaluate.translate: the evaluate stage's batched `model.generate(num_beams=4)`
+    onnx          pipeline.translate.Translator on models/export (encoder + KV-cached decoder, numpy beam search)
+    onnx-int8     the same on the int8 graphs, when the export has them
+    ctranslate2   when the package is installed: the export's ctranslate2/ directory, or a conversion of --model
+                  into a temporary directory (--ct2-quantization)
+
+Goals, printed with PASS/MISS and asserted nowhere: the ONNX path at least 5x `generate`; every path's BLEU within
+0.2 of `generate`. A table first, then, as the last line, one JSON object with every figure.
+
+    .venv/bin/python bench/decode.py                          # models/final + models/export, all 1000 sentences
+    .venv/bin/python bench/decode.py --limit 100              # a quick look
+    .venv/bin/python bench/decode.py --model DIR --export DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+TEST_SET = "test_2016_flickr"
+GOAL_ONNX_SPEEDUP = 5.0
+GOAL_BLEU_DELTA = 0.2
+WARMUP_SENTENCES = 8
+
+
+def read_gz_lines(path: Path, limit: int | None) -> list[str]:
+    if not path.is_file():
+        sys.exit(f"{path} not found: pass --multi30k DIR (a directory with {TEST_SET}.en.gz and .de.gz)")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\r\n") for line in f]
+    return lines[:limit] if limit else lines
+
+
+def timed(translate: Callable[[list[str]], list[str]], sources: list[str], repeat: int) -> tuple[list[str], float]:
+    """Hypotheses and the best wall time of `repeat` runs (other processes on the machine only ever add time)."""
+    translate(sources[:WARMUP_SENTENCES])  # first-call costs (allocations, lazy init) are not decoding speed
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        hyps = translate(sources)
+        best = min(best, time.perf_counter() - start)
+    return hyps, best
+
+
+# --------------------------------------------------------------------------------------------------- the paths
+
+
+def generate_path(model_dir: Path, args: argparse.Namespace) -> tuple[Callable, Any]:
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from pipeline.params import EvaluateParams
+    from stages.evaluate import translate
+
+    torch.set_num_threads(args.threads)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    cfg = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens)
+    return (lambda sources: translate(model, tokenizer, sources, cfg, progress_bar=False)), tokenizer
+
+
+def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool) -> Callable:
+    from pipeline.translate import Translator
+
+    translator = Translator(export_dir, int8=int8, threads=args.threads, max_tokens=args.max_tokens)
+    return lambda sources: translator.translate(sources, beam=args.beam)
+
+
+def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: dict, tokenizer: Any, args: argparse.Namespace,
+                     workdir: Path) -> tuple[Callable, str]:
+    import ctranslate2
+
+    ct2_dir = export_dir / "ctranslate2"
+    if ct2_dir.is_dir():
+        quantization = manifest.get("parity", {}).get("ctranslate2", {}).get("quantization", "?")
+        source = f"{ct2_dir} ({quantization})"
+    else:
+        from ctranslate2.converters import TransformersConverter
+
+        ct2_dir = workdir / "ctranslate2"
+        TransformersConverter(str(model_dir)).convert(str(ct2_dir), quantization=args.ct2_quantization)
+        source = f"converted from {model_dir} ({args.ct2_quantization})"
+    # 2 x 1 threads beat 1 x 2 on two cores for small models: batches decode in parallel.
+    inter, intra = (2, 1) if args.threads == 2 else (1, args.threads)
+    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=inter, intra_threads=intra)
+    generation = manifest.get("generation", {})
+    max_len_a, max_len_b = generation.get("max_len_a", 1.2), generation.get("max_len_b", 10)
+
+    def translate(sources: list[str]) -> list[str]:
+        tokens = [tokenizer.convert_ids_to_tokens(tokenizer(s)["input_ids"]) for s in sources]
+        # One limit per call (the longest source's); it counts the tokens before </s>, generate's counts </s>.
+        limit = int(max_len_a * max(len(t) for t in tokens) + max_len_b) - 1
+        results = translator.translate_batch(
+            tokens, beam_size=args.beam, max_batch_size=max(args.max_tokens // args.beam, 1), batch_type="tokens",
+            length_penalty=1.0, max_decoding_length=max(limit, 1),
+        )
+        return [tokenizer.convert_tokens_to_string(r.hypotheses[0]) for r in results]
+
+    return translate, f"{source}, inter_threads {inter} x intra_threads {intra}"
+
+
+# --------------------------------------------------------------------------------------------------- report
+
+
+def measure(name: str, translate: Callable, sources: list[str], refs: list[str], tokenizer: Any,
+            repeat: int) -> dict[str, Any]:
+    import sacrebleu
+
+    print(f"decoding with {name} ...", file=sys.stderr, flush=True)
+    hyps, seconds = timed(translate, sources, repeat)
+    target_tokens = sum(len(ids) for ids in tokenizer(text_target=hyps)["input_ids"])
+    return {
+        "seconds": round(seconds, 2),
+        "sentences_per_s": round(len(sources) / seconds, 2),
+        "target_tokens_per_s": round(target_tokens / seconds, 1),
+        "target_tokens": target_tokens,
+        "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+        "hyps": hyps,
+    }
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int, notes: dict[str, str]) -> dict:
+    base = results["generate"]
+    for r in results.values():
+        r["speedup_vs_generate"] = round(r["sentences_per_s"] / base["sentences_per_s"], 2)
+        r["bleu_delta_vs_generate"] = round(r["bleu"] - base["bleu"], 2)
+        r["identical_to_generate"] = round(sum(a == b for a, b in zip(r["hyps"], base["hyps"], strict=True)) / n, 4)
+    print(f"\nMulti30k {TEST_SET}: {n} sentences, beam {args.beam}, {args.threads} threads, "
+          f"max_tokens {args.max_tokens}, best of {args.repeat} run(s)")
+    header = f"{'path':<12} {'seconds':>8} {'sent/s':>8} {'tgt tok/s':>10} {'x generate':>10} {'BLEU':>6} " \
+             f"{'dBLEU':>6} {'identical':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, r in results.items():
+        print(f"{name:<12} {r['seconds']:>8.2f} {r['sentences_per_s']:>8.2f} {r['target_tokens_per_s']:>10.1f} "
+              f"{r['speedup_vs_generate']:>10.2f} {r['bleu']:>6.2f} {r['bleu_delta_vs_generate']:>+6.2f} "
+              f"{r['identical_to_generate']:>9.1%}")
+    for name, note in notes.items():
+        print(f"  {name}: {note}")
+    goals = {
+        "onnx_at_least_5x_generate": results["onnx"]["speedup_vs_generate"] >= GOAL_ONNX_SPEEDUP,
+        "every_bleu_within_0.2_of_generate": all(abs(r["bleu_delta_vs_generate"]) <= GOAL_BLEU_DELTA
+                                                 for r in results.values()),
+    }
+    print("Goals:")
+    print(f"  ONNX >= {GOAL_ONNX_SPEEDUP:g}x generate: {results['onnx']['speedup_vs_generate']:.2f}x "
+          f"{'PASS' if goals['onnx_at_least_5x_generate'] else 'MISS'}")
+    worst = max(results.values(), key=lambda r: abs(r["bleu_delta_vs_generate"]))
+    print(f"  every path's BLEU within {GOAL_BLEU_DELTA} of generate: largest change "
+          f"{worst['bleu_delta_vs_generate']:+.2f} {'PASS' if goals['every_bleu_within_0.2_of_generate'] else 'MISS'}")
+    for r in results.values():
+        del r["hyps"]
+    return {"test_set": TEST_SET, "sentences": n, "beam": args.beam, "threads": args.threads,
+            "max_tokens": args.max_tokens, "repeat": args.repeat, "paths": results, "notes": notes, "goals": goals,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=REPO / "models" / "final",
+                        help="trained save_pretrained directory (default: %(default)s)")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="export directory of the same model (default: models/export beside --model)")
+    parser.add_argument("--multi30k", type=Path, default=MULTI30K, help="default: %(default)s")
+    parser.add_argument("--limit", type=int, default=None, help="first N test sentences only")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=6000,
+                        help="rows x longest source per batch, beams included, for every path (default: %(default)s)")
+    parser.add_argument("--ct2-quantization", default="int8",
+                        help="for a CTranslate2 conversion made here (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per path; the best time counts (default: 1)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["onnx-int8", "ctranslate2"])
+    args = parser.parse_args()
+    export_dir = args.export or args.model.parent / "export"
+    for path in (args.model / "config.json", export_dir / "export.json"):
+        if not path.is_file():
+            sys.exit(f"{path} not found: train and export a model first (`dvc repro`), or pass --model/--export")
+
+    sources = read_gz_lines(args.multi30k / f"{TEST_SET}.en.gz", args.limit)
+    refs = read_gz_lines(args.multi30k / f"{TEST_SET}.de.gz", args.limit)
+    generate, tokenizer = generate_path(args.model, args)
+    results = {"generate": measure("generate", generate, sources, refs, tokenizer, args.repeat)}
+    results["onnx"] = measure("onnx", onnx_path(export_dir, args, int8=False), sources, refs, tokenizer, args.repeat)
+    notes = {"generate": f"{args.model}", "onnx": f"{export_dir}"}
+    manifest = json.loads((export_dir / "export.json").read_text())
+    if "onnx_int8" in manifest.get("files", {}) and "onnx-int8" not in args.skip:
+        results["onnx-int8"] = measure("onnx-int8", onnx_path(export_dir, args, int8=True), sources, refs, tokenizer,
+                                       args.repeat)
+    import importlib.util
+
+    if "ctranslate2" in args.skip:
+        notes["ctranslate2"] = "skipped (--skip)"
+    elif importlib.util.find_spec("ctranslate2") is None:
+        notes["ctranslate2"] = "not installed (pip install 'mtpipe[ct2]'): not measured"
+    else:
+        with tempfile.TemporaryDirectory() as workdir:
+            translate, notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer, args,
+                                                               Path(workdir))
+            results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
+    print(json.dumps(report(results, args, len(sources), notes)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""Benchmark: this project's trainer against a Hugging Face Seq2SeqTrainer on the same model and data, in one run.
+
+    .venv/bin/python bench/train_throughput.py [--seconds 60] [--threads 2]
+
+On Multi30k en-de (read in place from ../shared/data/multi30k), tokenized by the project's tokenize stage
+(joint unigram, 8000 pieces), with the cpu-ref model preset in fp32 on `--threads` threads, it measures
+- ours: `stages.train.loop.train`, the training stage's own loop (token-bucketed batches of at most
+        `--max-tokens` padded tokens, AdamW, inverse-sqrt schedule, label smoothing 0.1, clipping 1.0);
+- hf:   `transformers.Seq2SeqTrainer` as it comes: the same MarianConfig and initial weights, the same encoded
+        pairs, DataCollatorForSeq2Seq, its default random sampler and optimizer (adamw_torch_fused), the same
+        optimiser settings, label smoothing and clipping, and a batch size in sentences chosen so that its
+        batches hold about as many real target tokens as ours (printed);
+- hf_grouped: the same with `train_sampling_strategy="group_by_length"`, its padding-saving option;
+and a matmul peak: the best fp32 GFLOP/s of a 2048 x 2048 x 2048 `torch.mm` on the same threads.
+
+Throughput is real (unpadded) target tokens per second of training, the median over the updates after the first
+`--warmup-steps` of (an update's target tokens / its wall time; a global optimizer-step hook stamps both
+trainers alike), each trainer running about `--seconds` seconds after its warm-up; the span average is printed
+too. FLOPs are counted per
+training pair with the exact shapes of this encoder-decoder, not 6 x params x tokens: matmuls of the
+attention projections, feed-forward and output layers, plus the attention score and value products (QK^T and
+AV, full square, as computed with the padding mask), forward = 2 FLOPs per multiply-add, training = 3 x forward.
+Embedding lookups cost none. Summed over the training pairs and divided by their target tokens, that gives FLOPs
+per target token; achieved FLOP/s = tokens/s x that (padding the trainer computes on is not counted as useful).
+The 6 x params x (source + target tokens) estimate is printed beside it.
+Goals (printed, not asserted): ours >= 1.5x hf tokens/s (printed against both hf variants), ours >= 40% of the
+measured matmul peak.
+`--profile N` instead prints a torch.profiler table of N updates of our loop. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+GOAL_RATIO = 1.5
+GOAL_PEAK_SHARE = 0.40
+
+
+def read_gz_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def prepare_data(multi30k: Path, work: Path, vocab_size: int) -> dict[str, Any]:
+    """Multi30k train/val -> data/clean/*.parquet -> the tokenize stage -> data/tokenized (encoded arrays)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.artifacts import Paths
+    from pipeline.corpus import PAIR_SCHEMA
+    from pipeline.params import parse
+    from stages import tokenize
+
+    clean = work / "data" / "clean"
+    clean.mkdir(parents=True)
+    for split, name in (("train", "train"), ("valid", "val")):
+        src, tgt = read_gz_lines(multi30k / f"{name}.en.gz"), read_gz_lines(multi30k / f"{name}.de.gz")
+        table = pa.table({"src": src, "tgt": tgt, "origin": [name] * len(src), "line": list(range(1, len(src) + 1))},
+                         schema=PAIR_SCHEMA)
+        pq.write_table(table, clean / f"{split}.parquet")
+    params = parse({"tokenize": {"vocab_size": vocab_size}})
+    tokenize.run(params, Paths(work))
+    return json.loads((work / "data" / "tokenized" / "meta.json").read_text())
+
+
+def matmul_peak(threads: int, n: int = 2048, repeats: int = 5) -> float:
+    """Best fp32 FLOP/s of an n^3 matmul on `threads` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # warm-up
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * n**3 / (time.perf_counter() - t))
+    return best
+
+
+def flops_per_target_token(arch: dict[str, int], vocab: int, src_len: Any, tgt_len: Any) -> tuple[float, float]:
+    """Training FLOPs per real target token: (exact count for this encoder-decoder, 6 x params x tokens)."""
+    d, f, le, ld = arch["d_model"], arch["ffn_dim"], arch["encoder_layers"], arch["decoder_layers"]
+    s, t = src_len.astype("float64"), tgt_len.astype("float64")
+    encoder = le * (8 * s * d * d + 4 * s * s * d + 4 * s * d * f)  # QKVO projections, QK^T + AV, feed-forward
+    decoder = ld * (
+        8 * t * d * d + 4 * t * t * d  # self-attention
+        + 4 * t * d * d + 4 * s * d * d + 4 * t * s * d  # cross-attention: Q,O on target, K,V on source, QK^T + AV
+        + 4 * t * d * f  # feed-forward
+    )
+    output = 2 * t * d * vocab
+    exact = 3 * float((encoder + decoder + output).sum()) / float(t.sum())
+    params = le * (4 * d * d + 2 * d * f) + ld * (8 * d * d + 2 * d * f) + d * vocab  # embeddings once (tied)
+    rule = 6 * params * float((s + t).sum()) / float(t.sum())
+    return exact, rule
+
+
+class StopBenchmark(Exception):
+    """Raised from the optimizer-step hook once a trainer has run long enough."""
+
+
+class StepClock:
+    """Time and real target tokens seen at every optimizer step, the same way for both trainers.
+
+    A global optimizer-step hook stamps the time; the trainer's collate function counts the target tokens of
+    every batch it builds (ours builds a batch just before using it; hf's DataLoader runs in the main process).
+    Throughput is the median over the updates after the warm-up of (the update's target tokens / its wall time):
+    on a shared machine a burst of load from other processes slows a few updates, not the median. The plain
+    ratio over the whole span is reported beside it. The hook ends the run (by raising StopBenchmark) --seconds
+    after the warm-up, or after --max-updates.
+    """
+
+    def __init__(self, warmup_steps: int, seconds: float, max_updates: int):
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.warmup_steps, self.seconds, self.max_updates = warmup_steps, seconds, max_updates
+        self.tokens = self.real = self.padded = 0
+        self.stamps: list[tuple[float, int]] = []
+        self.hook = register_optimizer_step_post_hook(self._stamp)
+
+    def _stamp(self, *_: Any) -> None:
+        self.stamps.append((time.perf_counter(), self.tokens))
+        if self.done():
+            raise StopBenchmark
+
+    def count(self, tgt: int, src: int, padded: int) -> None:
+        self.tokens += tgt
+        self.real += src + tgt
+        self.padded += padded
+
+    def done(self) -> bool:
+        if self.max_updates and len(self.stamps) >= self.max_updates:
+            return True
+        return len(self.stamps) > self.warmup_steps and \
+            self.stamps[-1][0] - self.stamps[self.warmup_steps][0] >= self.seconds
+
+    def result(self) -> dict[str, Any]:
+        self.hook.remove()
+        measured = self.stamps[self.warmup_steps :]
+        if len(measured) < 2:
+            return {"tgt_tokens_per_s": float("nan"), "tgt_tokens_per_s_span": float("nan"),
+                    "updates": len(self.stamps), "measured_updates": 0,
+                    "measured_seconds": 0.0, "padding_efficiency": self.real / max(self.padded, 1)}
+        (t0, n0), (t1, n1) = measured[0], measured[-1]
+        # Tokens counted at stamp k include the batches of update k; the measured span is updates W+1..N.
+        rates = [(n - pn) / (t - pt) for (pt, pn), (t, n) in zip(measured, measured[1:], strict=False)]
+        return {"tgt_tokens_per_s": statistics.median(rates), "tgt_tokens_per_s_span": (n1 - n0) / (t1 - t0),
+                "updates": len(self.stamps),
+                "measured_updates": len(measured) - 1, "measured_seconds": round(t1 - t0, 1),
+                "padding_efficiency": self.real / max(self.padded, 1)}
+
+
+def train_params(args: argparse.Namespace) -> dict[str, Any]:
+    from pipeline.params import TrainParams
+
+    return TrainParams(
+        max_steps=10**9, lr=7e-4, warmup_steps=400, label_smoothing=0.1, clip_norm=1.0,
+        max_tokens=args.max_tokens, precision="fp32", threads=args.threads, seed=1, log_every=10,
+        valid_every=10**9, valid_bleu_sentences=0, save_every=10**9,
+    ).model_dump()
+
+
+def model_settings() -> dict[str, Any]:
+    from pipeline.params import ModelParams
+    from stages.train.model import model_spec
+
+    return model_spec(ModelParams(preset="cpu-ref"))
+
+
+def run_ours(args: argparse.Namespace, work: Path, name: str = "ours") -> dict[str, Any]:
+    """The training stage's loop, stopped by the clock's hook."""
+    from stages.train import loop
+    from stages.train.batching import Collator
+
+    root = work / name
+    (root / "data").mkdir(parents=True)
+    os.symlink(work / "data" / "tokenized", root / "data" / "tokenized")
+    spec = {"root": str(root), "train": train_params(args), "model": model_settings()}
+    clock = StepClock(args.warmup_steps, args.seconds, args.max_updates)
+    collate = Collator.__call__
+
+    def counting(self, indices):  # noqa: ANN001
+        batch = collate(self, indices)
+        clock.count(batch.tgt_tokens, batch.src_tokens, batch.padded_tokens)
+        return batch
+
+    Collator.__call__ = counting
+    try:
+        loop.train(spec)
+    except StopBenchmark:
+        pass
+    finally:
+        Collator.__call__ = collate
+    return clock.result()
+
+
+def run_hf(args: argparse.Namespace, work: Path, meta: dict[str, Any], batch_sentences: int,
+           sampling: str) -> dict[str, Any]:
+    """Seq2SeqTrainer on the same model config and initial weights, the same encoded pairs."""
+    import numpy as np
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        DataCollatorForSeq2Seq,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+    )
+
+    from pipeline.token_arrays import TokenArray
+    from stages.train.model import build_model
+
+    torch.set_num_threads(args.threads)
+    tokenized = work / "data" / "tokenized"
+    src, tgt = TokenArray.open(tokenized / "train.src"), TokenArray.open(tokenized / "train.tgt")
+    # The arrays already end each sentence with </s>, as the tokenizer would.
+    dataset = [{"input_ids": src[i].astype(np.int64).tolist(), "labels": tgt[i].astype(np.int64).tolist()}
+               for i in range(len(src))]
+    tokenizer = AutoTokenizer.from_pretrained(tokenized / "hf_tokenizer")
+    model = build_model(model_settings(), meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=1)
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    clock = StepClock(args.warmup_steps, args.seconds, args.max_updates)
+
+    def counting_collator(features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = collator(features)
+        clock.count(int((batch["labels"] != -100).sum()), int(batch["attention_mask"].sum()),
+                    batch["input_ids"].numel() + batch["labels"].numel())
+        return batch
+
+    targs = Seq2SeqTrainingArguments(
+        output_dir=str(work / "hf"), per_device_train_batch_size=batch_sentences, learning_rate=7e-4,
+        adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-9, weight_decay=0.0, lr_scheduler_type="inverse_sqrt",
+        warmup_steps=400, label_smoothing_factor=0.1, max_grad_norm=1.0, max_steps=10**6, num_train_epochs=1000,
+        train_sampling_strategy=sampling, use_cpu=True, dataloader_num_workers=0, logging_strategy="no",
+        save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True, seed=1,
+    )
+    trainer = Seq2SeqTrainer(model=model, args=targs, train_dataset=dataset, data_collator=counting_collator)
+    try:
+        trainer.train()
+    except StopBenchmark:
+        pass
+    return clock.result()
+
+
+def profile_ours(args: argparse.Namespace, work: Path) -> None:
+    """A torch.profiler table over --profile updates of our loop (after 10 updates of warm-up)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from stages.train import loop
+
+    prof = profile(activities=[ProfilerActivity.CPU],
+                   schedule=schedule(wait=0, warmup=10, active=args.profile, repeat=1))
+    hook = register_optimizer_step_post_hook(lambda *_: prof.step())  # one profiler step per update
+    root = work / "profile"
+    (root / "data").mkdir(parents=True)
+    os.symlink(work / "data" / "tokenized", root / "data" / "tokenized")
+    train = train_params(args)
+    train["max_steps"] = args.profile + 11
+    with prof:
+        loop.train({"root": str(root), "train": train, "model": model_settings()})
+    hook.remove()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60, help="measured seconds per trainer, after warm-up")
+    parser.add_argument("--warmup-steps", type=int, default=10, help="updates left out of the measurement")
+    parser.add_argument("--max-updates", type=int, default=0, help="also stop each trainer after N updates")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=2048, help="our batches: padded tokens per batch")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--multi30k", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--workdir", type=Path, default=None, help="kept when given; a temporary one otherwise")
+    parser.add_argument("--only", choices=("all", "ours", "hf", "hf_grouped"), default="all")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N updates of ours instead")
+    args = parser.parse_args()
+    if not (args.multi30k / "train.en.gz").exists():
+        sys.exit(f"Multi30k not found in {args.multi30k} (use --multi30k DIR)")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    import numpy as np
+    import torch
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="train-bench-"))
+    try:
+        if not (work / "data" / "tokenized" / "meta.json").exists():
+            meta = prepare_data(args.multi30k, work, args.vocab_size)
+        else:
+            meta = json.loads((work / "data" / "tokenized" / "meta.json").read_text())
+        for leftover in ("ours", "hf", "profile"):
+            shutil.rmtree(work / leftover, ignore_errors=True)
+        if args.profile:
+            profile_ours(args, work)
+            return
+
+        from pipeline.token_arrays import TokenArray
+        from stages.train.batching import length_batches
+
+        train_cfg = train_params(args)
+        src_len = np.minimum(TokenArray.open(work / "data/tokenized/train.src").lengths, train_cfg["max_len"])
+        tgt_len = np.minimum(TokenArray.open(work / "data/tokenized/train.tgt").lengths, train_cfg["max_len"])
+        batches = length_batches(src_len, tgt_len, args.max_tokens, 1)
+        ours_tgt_per_batch = float(tgt_len.sum()) / len(batches)
+        # hf batches hold sentences: as many as make about the same real target tokens per batch.
+        batch_sentences = max(1, round(ours_tgt_per_batch / float(tgt_len.mean())))
+        arch = model_settings()["arch"]
+        flops_exact, flops_rule = flops_per_target_token(arch, meta["vocab_size"], src_len, tgt_len)
+
+        peak = matmul_peak(args.threads)
+        results: dict[str, Any] = {}
+        if args.only in ("all", "ours"):
+            results["ours"] = run_ours(args, work)
+        if args.only in ("all", "hf"):
+            results["hf"] = run_hf(args, work, meta, batch_sentences, "random")
+        if args.only in ("all", "hf_grouped"):
+            results["hf_grouped"] = run_hf(args, work, meta, batch_sentences, "group_by_length")
+        peak_after = matmul_peak(args.threads)
+        peak = max(peak, peak_after)  # the peak is the best the machine showed; load from others only lowers it
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    figures: dict[str, Any] = {
+        "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+        "vocab_size": meta["vocab_size"], "train_pairs": int(len(src_len)), "model": "cpu-ref", "precision": "fp32",
+        "ours_batch_tgt_tokens": round(ours_tgt_per_batch, 1), "hf_batch_sentences": batch_sentences,
+        "hf_batch_tgt_tokens": round(batch_sentences * float(tgt_len.mean()), 1),
+        "matmul_peak_gflops": round(peak / 1e9, 2), "matmul_peak_gflops_after_trainers": round(peak_after / 1e9, 2),
+        "train_flops_per_tgt_token": round(flops_exact), "train_flops_per_tgt_token_6n_rule": round(flops_rule),
+        "seconds_per_trainer": args.seconds, "warmup_steps": args.warmup_steps,
+    }
+    print(f"Multi30k en-de, cpu-ref, fp32, {args.threads} thread(s), {args.seconds:.0f} s per trainer after "
+          f"{args.warmup_steps} warm-up updates")
+    print(f"matmul peak {peak / 1e9:.1f} GFLOP/s (best of before and after the trainers; after: "
+          f"{peak_after / 1e9:.1f}); model "
+          f"{flops_exact / 1e6:.1f} MFLOP per target token (6N rule: {flops_rule / 1e6:.1f})")
+    for name, r in results.items():
+        achieved = r["tgt_tokens_per_s"] * flops_exact
+        share = achieved / peak
+        figures[f"{name}_tgt_tokens_per_s"] = round(r["tgt_tokens_per_s"], 1)
+        figures[f"{name}_tgt_tokens_per_s_span"] = round(r["tgt_tokens_per_s_span"], 1)
+        figures[f"{name}_gflops"] = round(achieved / 1e9, 2)
+        figures[f"{name}_peak_share"] = round(share, 3)
+        figures[f"{name}_padding_efficiency"] = round(r["padding_efficiency"], 3)
+        figures[f"{name}_measured_updates"] = r["measured_updates"]
+        figures[f"{name}_measured_seconds"] = r["measured_seconds"]
+        print(f"{name:>10}: {r['tgt_tokens_per_s']:8.0f} tgt tok/s  {achieved / 1e9:6.2f} GFLOP/s = "
+              f"{share:6.1%} of peak  padding efficiency {r['padding_efficiency']:.2f}  "
+              f"({r['measured_updates']} updates in {r['measured_seconds']} s measured, span average "
+              f"{r['tgt_tokens_per_s_span']:.0f} tok/s)")
+    if "ours" in results:
+        share = figures["ours_peak_share"]
+        print(f"goal ours >= {GOAL_PEAK_SHARE:.0%} of the matmul peak: {share:.1%} "
+              f"{'PASS' if share >= GOAL_PEAK_SHARE else 'MISS'}")
+        figures["goal_peak_share_pass"] = share >= GOAL_PEAK_SHARE
+    for baseline in ("hf", "hf_grouped"):
+        if "ours" in results and baseline in results:
+            ratio = results["ours"]["tgt_tokens_per_s"] / results[baseline]["tgt_tokens_per_s"]
+            figures[f"ratio_ours_to_{baseline}"] = round(ratio, 3)
+            figures[f"goal_ratio_{baseline}_pass"] = ratio >= GOAL_RATIO
+            print(f"goal ours >= {GOAL_RATIO}x {baseline}: {ratio:.2f}x {'PASS' if ratio >= GOAL_RATIO else 'MISS'}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

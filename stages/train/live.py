@@ -1,0 +1,91 @@
+"""Training curves through DVCLive (rank 0 only: DVCLive is not rank-aware), and the system figures beside them.
+
+System figures are sampled at each logging step, in the training process, so they share the curves' x axis:
+CPU use and resident memory (psutil, which DVCLive depends on), and on a GPU its utilisation (NVML, when
+available) and the peak memory allocated by PyTorch, what users otherwise watch in nvidia-smi. DVCLive's own
+`monitor_system` is not used: it samples in a background thread that writes into the same `Live` object the
+loop writes to (nothing synchronises the two), and its GPU "usage" divides memory-controller activity by
+compute activity (see dvclive/monitor_system.py) rather than reporting utilisation.
+
+A resumed run replays the history saved in its checkpoint before continuing, so the curves of a run that was
+killed and resumed are complete and have no duplicated steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("mtpipe.train")
+
+
+class SystemFigures:
+    def __init__(self, device: Any):
+        self.device = device
+        try:
+            import psutil
+        except ImportError:
+            self.process = None
+        else:
+            self.process = psutil.Process()
+            self.process.cpu_percent()  # the first call only starts the measurement
+
+    def __call__(self) -> dict[str, float]:
+        import torch
+
+        figures: dict[str, float] = {}
+        if self.process is not None:
+            import psutil
+
+            # Of one core: 200 means two cores busy with this process since the previous sample.
+            figures["system/cpu_percent"] = self.process.cpu_percent()
+            figures["system/rss_gb"] = self.process.memory_info().rss / 2**30
+            figures["system/ram_used_percent"] = psutil.virtual_memory().percent
+        if self.device.type == "cuda":
+            try:
+                figures["system/gpu_util_percent"] = float(torch.cuda.utilization(self.device))
+            except Exception:  # no NVML bindings (pynvml) installed
+                pass
+            figures["system/gpu_mem_peak_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            figures["system/gpu_mem_reserved_gb"] = torch.cuda.memory_reserved(self.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return figures
+
+
+class Logger:
+    """DVCLive on rank 0 when it is installed; plain logging always."""
+
+    def __init__(self, directory: Path, enabled: bool, history: list[dict[str, float]]):
+        self.live = None
+        if not enabled:
+            return
+        try:
+            from dvclive import Live
+        except ImportError:
+            log.info("dvclive not installed: curves go to the log only")
+            return
+        # dvcyaml=None: dvc.yaml declares the plots itself; DVCLive must not rewrite it during `dvc repro`.
+        # resume=False: start clean, then replay what the checkpoint holds (steps after it were never saved).
+        self.live = Live(str(directory), dvcyaml=None, save_dvc_exp=False, report=None, resume=False)
+        for row in history:
+            self._write(row)
+        if history:
+            self.live.make_summary()
+
+    def _write(self, row: dict[str, float]) -> None:
+        assert self.live is not None
+        self.live.step = int(row["step"])
+        for name, value in row.items():
+            if name != "step":
+                self.live.log_metric(name, value)
+
+    def log(self, row: dict[str, float]) -> None:
+        if self.live is None:
+            return
+        self._write(row)
+        self.live.make_summary()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.end()

@@ -1,0 +1,38 @@
+"""Fixtures shared by the export and translate tests: a sharpened copy of the tiny model and one export of it.
+
+Exporting two ONNX graphs takes tens of seconds on two cores, so one export (session-scoped) serves every test
+that only reads it; tests that need the stage to fail or to skip formats run it again without re-exporting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pipeline.artifacts import Paths
+from tests.unit.export_helpers import FULL_EXPORT, export_params, one_torch_thread, sharpened_root
+
+
+@pytest.fixture(scope="session")
+def make_sharpened_root(tiny_model_dir, tmp_path_factory) -> Callable[[], Paths]:
+    """A factory of fresh project roots with the sharpened model (for tests that run the stage themselves)."""
+    return lambda: sharpened_root(tiny_model_dir, tmp_path_factory.mktemp("root"))
+
+
+@pytest.fixture(scope="session")
+def exported(make_sharpened_root) -> tuple[Paths, dict]:
+    """(paths, summary) of one export stage run with every format."""
+    from stages import export
+
+    paths = make_sharpened_root()
+    with one_torch_thread():
+        summary = export.run(export_params(**FULL_EXPORT), paths)
+    return paths, summary
+
+
+@pytest.fixture(scope="module")
+def torch_on_one_thread():
+    """For a whole test module (see export_helpers.one_torch_thread)."""
+    with one_torch_thread():
+        yield

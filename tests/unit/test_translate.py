@@ -1,0 +1,371 @@
+"""pipeline/translate.py and `mtpipe translate`: the exported model on ONNX Runtime, without torch.
+
+The export is the session fixture `exported` (tests/unit/conftest.py): the sharpened tiny model, whose outputs are
+garbage but decisive, so comparisons with transformers test the search, not float noise. The search semantics are
+also pinned on a scripted fake model whose next-token probabilities are a table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import InputFileError
+from pipeline.translate import (
+    DecoderStep,
+    ExportDirError,
+    MarianSentencePiece,
+    OnnxSeq2Seq,
+    SpecialIds,
+    Translator,
+    beam_search,
+    pad_batch,
+    read_lines,
+    token_batches,
+)
+from tests.unit.export_helpers import load_model
+
+pytestmark = pytest.mark.usefixtures("torch_on_one_thread")
+
+REPO = Path(__file__).resolve().parents[2]
+SENTENCES = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Two dogs.",
+    "A little girl climbs into a wooden playhouse while her brother watches from the grass.",
+    "People sit outside.",
+    "A woman with a large purse is walking by a gate.",
+    "Hello",
+]
+
+
+@pytest.fixture(scope="module")
+def export_dir(exported) -> Path:
+    return exported[0].export
+
+
+@pytest.fixture(scope="module")
+def translator(export_dir) -> Translator:
+    return Translator(export_dir)
+
+
+# --------------------------------------------------------------------------------------------------- no torch
+
+
+def test_translating_imports_neither_torch_nor_transformers(export_dir):
+    code = (
+        "import json, sys\n"
+        "import pipeline.cli\n"
+        "from pipeline.translate import Translator\n"
+        f"out = Translator({str(export_dir)!r}).translate(['A dog runs.', ''], beam=2)\n"
+        "print(json.dumps({'out': out, 'heavy': [m for m in ('torch', 'transformers') if m in sys.modules]}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    report = json.loads(result.stdout)
+    assert report["heavy"] == []
+    assert report["out"][0] and report["out"][1] == ""
+
+
+def test_the_sentencepiece_tokenizer_gives_marian_tokenizers_ids_and_text(export_dir):
+    from transformers import AutoTokenizer
+
+    ours, theirs = MarianSentencePiece(export_dir), AutoTokenizer.from_pretrained(export_dir)
+    texts = [*SENTENCES, "naïve café ☃ 𝄞 — «quotes»", "  leading and trailing  ", ">>de<< with a language code",
+             "tab\tinside", "12,345.67 %", "ÄÖÜß"]
+    for text in texts:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+    rng = np.random.default_rng(0)
+    special = [ours.eos_id, ours.unk_id, ours.pad_id]
+    for _ in range(50):
+        ids = rng.integers(0, len(ours.vocab), size=int(rng.integers(1, 30))).tolist() + special
+        rng.shuffle(ids)
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), ids
+
+
+# --------------------------------------------------------------------------------------------------- search vs generate
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_search_gives_the_same_hypotheses_as_transformers_generate(exported, translator, beam):
+    import torch
+
+    paths, _ = exported
+    model, tokenizer = load_model(paths.final_model)
+    sources = [tokenizer(s)["input_ids"] for s in SENTENCES]
+    input_ids, attention_mask = pad_batch(sources, translator.ids.pad)
+    # generate has one length limit per batch; give the ONNX search the same one for every sentence.
+    limit = translator.max_new_tokens(input_ids.shape[1])
+    with torch.no_grad():
+        generated = model.generate(input_ids=torch.from_numpy(input_ids),
+                                   attention_mask=torch.from_numpy(attention_mask), num_beams=beam,
+                                   max_length=limit + 1, early_stopping=True, length_penalty=1.0, do_sample=False)
+    expected = [[t for t in row[1:].tolist() if t != translator.ids.pad] for row in generated]
+    ours = beam_search(translator.model, input_ids, attention_mask, beam=beam, max_new_tokens=[limit] * len(sources),
+                       ids=translator.ids, length_penalty=1.0)
+    # The untrained model never ends on its own, so this pins the forced </s> at the limit (scored as generate
+    # scores it); ending by itself is pinned on the scripted model below.
+    assert ours == expected
+
+
+def test_the_translator_gives_the_evaluate_stages_translations(exported, translator):
+    from pipeline.params import EvaluateParams
+    from stages.evaluate import translate
+
+    paths, _ = exported
+    model, tokenizer = load_model(paths.final_model)
+    # Sentences of different lengths in one batch: each has its own length limit in both.
+    cfg = EvaluateParams(beam=4)
+    assert translator.translate(SENTENCES, beam=4) == translate(model, tokenizer, SENTENCES, cfg, progress_bar=False)
+
+
+def test_each_decoding_step_feeds_one_token_per_row_against_a_cache_one_token_longer(translator):
+    calls = []
+
+    class Recording(OnnxSeq2Seq):
+        def __init__(self, inner):
+            self.__dict__.update(inner.__dict__)
+
+        def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
+            calls.append((decoder_input_ids.shape, self_cache[0].shape[2], cross_cache[0].shape[0], logits))
+            return super().decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits)
+
+    sources = [translator.tokenizer.encode(s) for s in SENTENCES]
+    input_ids, attention_mask = pad_batch(sources, translator.ids.pad)
+    beam_search(Recording(translator.model), input_ids, attention_mask, beam=3, max_new_tokens=[12] * len(sources),
+                ids=translator.ids)
+    assert [shape[1] for shape, *_ in calls] == [1] * len(calls)
+    assert [past for _, past, _, _ in calls] == list(range(len(calls)))
+    rows = [shape[0] for shape, *_ in calls]
+    sentences = [n for _, _, n, _ in calls]
+    assert rows[0] == 3 * len(sources) and rows == sorted(rows, reverse=True)
+    # The cross cache stays one per sentence (not per beam); the logits are never copied out while searching.
+    assert [r // 3 for r in rows] == sentences
+    assert not any(wants_logits for *_, wants_logits in calls)
+
+
+@pytest.mark.parametrize("beam", [1, 3, 20])
+def test_the_decoders_candidates_give_the_search_the_same_result_as_the_logits(translator, beam):
+    class LogitsOnly(OnnxSeq2Seq):
+        """The same graphs, without the decoder's next-token candidates."""
+
+        def __init__(self, inner):
+            self.__dict__.update(inner.__dict__)
+
+        def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
+            out = super().decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True)
+            return dataclasses.replace(out, next_log_probs=None, next_ids=None)
+
+    sources = [translator.tokenizer.encode(s) for s in SENTENCES]
+    input_ids, attention_mask = pad_batch(sources, translator.ids.pad)
+    limits = [translator.max_new_tokens(len(s)) for s in sources]
+    # The graph has 9 candidates a row (for beam 4): beam 20 takes them from the logits in both runs.
+    with_candidates = beam_search(translator.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
+                                  ids=translator.ids)
+    from_logits = beam_search(LogitsOnly(translator.model), input_ids, attention_mask, beam=beam,
+                              max_new_tokens=limits, ids=translator.ids)
+    assert with_candidates == from_logits
+
+
+# --------------------------------------------------------------------------------------------------- the translator
+
+
+def test_line_order_is_kept_and_a_translation_does_not_depend_on_its_batch(export_dir, translator):
+    lines = SENTENCES + ["Two dogs."]
+    together = translator.translate(lines, beam=2)
+    # A small token budget splits the input into many batches of different sentences.
+    small_batches = Translator(export_dir, max_tokens=40).translate(lines, beam=2)
+    alone = [translator.translate([line], beam=2)[0] for line in lines]
+    assert together == small_batches == alone
+    assert together[1] == together[-1]
+    assert len(set(together)) > 1
+
+
+def test_empty_and_blank_lines_give_empty_lines(translator):
+    out = translator.translate(["", "Two dogs.", "   ", "\t", "People sit outside.", ""], beam=2)
+    assert len(out) == 6
+    assert [out[i] for i in (0, 2, 3, 5)] == ["", "", "", ""]
+    assert out[1] and out[4]
+    assert translator.translate([]) == []
+
+
+def test_a_line_longer_than_the_model_takes_is_truncated_with_a_warning_naming_it(export_dir, caplog):
+    translator = Translator(export_dir, max_input_tokens=8)
+    long_line = "A man in a blue shirt is standing on a ladder cleaning windows."
+    with caplog.at_level(logging.WARNING, logger="mtpipe.translate"):
+        out = translator.translate(["Two dogs.", long_line], beam=2)
+    assert "line 2:" in caplog.text and "translating its first 8" in caplog.text
+    assert "line 1:" not in caplog.text
+    truncated = translator.tokenizer.encode(long_line)[:7] + [translator.tokenizer.eos_id]
+    expected = translator.translate_ids([truncated], beam=2)[0]
+    assert out[1] == translator.tokenizer.decode(expected)
+
+
+def test_non_utf8_input_is_an_error_naming_the_line():
+    assert read_lines(io.BytesIO("one\r\ntwo ☃\n\nfour".encode())) == ["one", "two ☃", "", "four"]
+    with pytest.raises(InputFileError, match=r"<stdin>, line 3: not valid UTF-8 \(byte 0xe9 at byte 10 of the line"):
+        read_lines(io.BytesIO(b"fine\nstill fine\ncaf\xc3\xa9 caf\xe9\nlater\n"))
+
+
+def test_int8_graphs_translate_too(export_dir):
+    out = Translator(export_dir, int8=True).translate(["Two dogs.", "", "People sit outside."], beam=2)
+    assert out[0] and out[1] == "" and out[2]
+
+
+def test_an_export_without_the_kv_cached_decoder_is_a_clear_error(export_dir, tmp_path):
+    old = tmp_path / "old_export"
+    shutil.copytree(export_dir, old)
+    manifest = json.loads((old / "export.json").read_text())
+    (old / "export.json").write_text(json.dumps({**manifest, "kv_cache": False}))
+    with pytest.raises(ExportDirError, match="without a KV-cached ONNX decoder"):
+        Translator(old)
+    with pytest.raises(ExportDirError, match=r"export\.json not found"):
+        Translator(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------- the CLI
+
+
+def run_cli(export_dir: Path, stdin: bytes, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "translate", "--model", str(export_dir), *args],
+                          cwd=REPO, input=stdin, capture_output=True)
+
+
+def test_cli_translates_stdin_to_stdout_line_for_line(export_dir, translator):
+    lines = ["Two dogs.", "", "A woman with a large purse is walking by a gate.", "Hello"]
+    result = run_cli(export_dir, "\n".join(lines).encode() + b"\n", "--beam", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode("utf-8").split("\n") == [*translator.translate(lines, beam=2), ""]
+
+
+def test_cli_names_the_line_of_invalid_utf8_and_exits_1(export_dir):
+    result = run_cli(export_dir, b"Two dogs.\n\xff\xfe\n", "--beam", "2")
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert "line 2: not valid UTF-8" in result.stderr.decode()
+
+
+# --------------------------------------------------------------------------------------------------- scripted search
+
+
+EOS, PAD = 0, 6
+IDS = SpecialIds(start=PAD, eos=EOS, pad=PAD)
+VOCAB = 7
+
+
+class ScriptedModel:
+    """A fake OnnxSeq2Seq: next-token probabilities come from `table(sentence, prefix)`.
+
+    The one-layer self cache holds the tokens fed so far and the cross cache (a row per sentence) the sentence's
+    number (its first source id), so the fake reads each row's prefix and sentence back from its caches: reordering
+    or dropping rows wrongly changes the outcome.
+    """
+
+    def __init__(self, table):
+        self.table = table
+
+    def encode(self, input_ids, attention_mask):
+        sentence = input_ids[:, :1, None, None].astype(np.float32)  # (sentences, 1, 1, 1)
+        return np.zeros((*input_ids.shape, 1)), [sentence, sentence.copy()]
+
+    def empty_cache(self, rows):
+        return [np.zeros((rows, 1, 0, 1), dtype=np.float32) for _ in range(2)]
+
+    def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
+        fed = np.concatenate([self_cache[0], decoder_input_ids[:, None, :, None].astype(np.float32)], axis=2)
+        rows, group = len(decoder_input_ids), len(decoder_input_ids) // len(cross_cache[0])
+        scores = np.full((rows, 1, VOCAB), -30.0, dtype=np.float32)
+        for row in range(rows):
+            prefix = tuple(int(t) for t in fed[row, 0, 1:, 0])  # without the start token
+            for token, p in self.table(int(cross_cache[0][row // group, 0, 0, 0]), prefix).items():
+                scores[row, 0, token] = np.log(p)
+        return DecoderStep(scores, [fed, fed.copy()])  # no candidates: the search takes them from the logits
+
+
+def search(table, sentences: list[int], beam: int, limits: list[int], length_penalty: float = 1.0):
+    ids = np.array([[s, EOS] for s in sentences], dtype=np.int64)
+    return beam_search(ScriptedModel(table), ids, np.ones_like(ids), beam=beam, max_new_tokens=limits, ids=IDS,
+                       length_penalty=length_penalty)
+
+
+def test_greedy_stops_at_eos_never_emits_pad_and_forces_eos_at_each_sentences_own_limit():
+    scripts = {
+        1: {(): {3: 0.9}, (3,): {EOS: 0.9}},  # ends by itself after one word
+        2: {(): {2: 0.9}, (2,): {PAD: 0.6, 4: 0.3}, (2, 4): {EOS: 0.9}},  # "wants" <pad>, gets its second choice
+        3: {},  # never ends: </s> only at its limit
+    }
+
+    def table(sentence, prefix):
+        return scripts[sentence].get(prefix, {5: 0.9})
+
+    assert search(table, [1, 2, 3], beam=1, limits=[6, 6, 3]) == [[3, EOS], [2, 4, EOS], [5, 5, EOS]]
+    # The limit is per sentence: sentence 3's does not cut the others.
+    assert search(table, [3, 1], beam=1, limits=[2, 9]) == [[5, EOS], [3, EOS]]
+
+
+def test_beam_search_follows_each_hypothesis_cache_when_beams_change_places():
+    # "1" is the better first word, but what follows it is weak; "2 3 </s>" wins. Between steps the beam holding
+    # "2" moves from second place to first, so a row that kept its old cache would read the other prefix's
+    # probabilities (and "2 3 4 ..." would overtake).
+    table = {
+        (): {1: 0.5, 2: 0.4, 3: 0.05, 4: 0.05},
+        (1,): {3: 0.32, 4: 0.29, 5: 0.29, EOS: 0.1},
+        (2,): {3: 0.9, 4: 0.1},
+        (1, 3): {EOS: 0.1, 4: 0.9},
+        (2, 3): {EOS: 0.9, 5: 0.1},
+    }
+
+    def lookup(sentence, prefix):
+        return table.get(prefix, {EOS: 0.6, 5: 0.4})
+
+    assert search(lookup, [1], beam=1, limits=[8]) == [[1, 3, 4, EOS]]
+    assert search(lookup, [1], beam=2, limits=[8]) == [[2, 3, EOS]]
+
+
+def test_the_forced_eos_at_the_limit_scores_zero_as_in_transformers():
+    # At the limit "2 2" must end: its </s> is scored log p = 0 (not its model log p of -4.6), so "2 2 </s>"
+    # (-0.90 / 3) beats "1 </s>", which ended by itself (-0.80 / 2).
+    table = {
+        (): {1: 0.5, 2: 0.45, 3: 0.05},
+        (1,): {EOS: 0.9, 3: 0.05, 4: 0.05},
+        (2,): {2: 0.9, EOS: 0.05, 5: 0.05},
+        (2, 2): {5: 0.99, EOS: 0.01},
+    }
+
+    def lookup(sentence, prefix):
+        return table.get(prefix, {EOS: 0.6, 5: 0.4})
+
+    assert search(lookup, [1], beam=2, limits=[3]) == [[2, 2, EOS]]
+    assert search(lookup, [1], beam=1, limits=[3]) == [[1, EOS]]
+
+
+def test_the_length_penalty_decides_between_a_short_and_a_long_hypothesis():
+    # "</s>" has log p -0.80; "1 1 </s>" has -1.04 in all, -0.35 per token.
+    table = {
+        (): {EOS: 0.45, 1: 0.55},
+        (1,): {1: 0.8, 2: 0.15, EOS: 0.05},
+        (1, 1): {EOS: 0.8, 3: 0.2},
+        (1, 2): {EOS: 0.9, 3: 0.1},
+    }
+
+    def lookup(sentence, prefix):
+        return table.get(prefix, {EOS: 0.5, 4: 0.5})
+
+    assert search(lookup, [1], beam=2, limits=[8], length_penalty=0.0) == [[EOS]]
+    assert search(lookup, [1], beam=2, limits=[8], length_penalty=1.0) == [[1, 1, EOS]]
+
+
+def test_token_batches_hold_rows_times_longest_within_the_budget_and_cover_every_sentence():
+    lengths = [5, 1, 30, 7, 7, 2, 60, 3]
+    batches = token_batches(lengths, max_tokens=30)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 30
+    assert [6] in batches  # longer than the budget alone: a batch of its own
