@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,flow]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,flow,ct2]'
 	touch $@
 
 run: $(BIN)/.installed
