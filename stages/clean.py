@@ -40,8 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.bounded_io import stream_pair_batches
-from pipeline.corpus import PAIR_SCHEMA
+from pipeline.corpus import PAIR_SCHEMA, iter_pair_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import CleanParams, Params
 from pipeline.text_checks import INVISIBLE, SCRIPTS, LanguageDetector, letter_shares, pair_hashes
@@ -411,7 +410,7 @@ def _clean_split(cleaner: Cleaner, split: str, source: Path, out: Path) -> dict[
     counts = {"input": 0, "kept": 0, "rejected": 0}
     reasons: Counter[str] = Counter()
     with pq.ParquetWriter(out / f"{split}.parquet", PAIR_SCHEMA) as writer:
-        for batch in stream_pair_batches(source):
+        for batch in iter_pair_batches(source):
             batch = batch.cast(PAIR_SCHEMA)
             counts["input"] += len(batch)
             if split == "train":

@@ -27,23 +27,9 @@ from pipeline.artifacts import Paths, atomic_path, test_splits, write_json
 from pipeline.corpus import read_pairs
 from pipeline.errors import MissingArtifact
 from pipeline.params import EvaluateParams, Params
+from pipeline.translate import token_batches
 
 log = logging.getLogger("mtpipe.evaluate")
-
-
-def token_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Indices sorted by length and grouped so rows x longest stays within max_tokens."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        if current and (len(current) + 1) * max(lengths[i], 1) > max_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 def max_new_tokens(cfg: EvaluateParams, source_length: int, max_positions: int) -> int:

@@ -36,8 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.bounded_io import stream_pair_batches
-from pipeline.corpus import PAIR_SCHEMA, count_rows
+from pipeline.corpus import PAIR_SCHEMA, count_rows, iter_pair_batches
 from pipeline.errors import InputFileError, MissingArtifact, ValidationFailed
 from pipeline.params import Params
 from pipeline.text_checks import (
@@ -198,7 +197,7 @@ def write_derived(train_file: Path, out_file: Path, params: Params) -> dict[str,
     with ThreadPoolExecutor(2) as pool, pq.ParquetWriter(out_file, DERIVED_FILE_SCHEMA) as writer:
         measures = Measures(params, pool, sample, detector)
         first_row = 0
-        for batch in stream_pair_batches(train_file):
+        for batch in iter_pair_batches(train_file):
             writer.write_batch(derive_columns(batch.cast(PAIR_SCHEMA), measures, first_row))
             first_row += len(batch)
     # The detector's model (~110 MB) is not needed while GX holds the derived file: hand it back first.
@@ -211,7 +210,7 @@ def fetch_rows(path: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], 
     """The pairs at the given (origin, line) of a split, streamed (for example rows of failed expectations)."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
     lines = pa.array(sorted({line for _, line in keys}), pa.int64())
-    for batch in stream_pair_batches(path):
+    for batch in iter_pair_batches(path):
         candidates = batch.filter(pc.is_in(batch.column("line"), value_set=lines))
         for pair in candidates.to_pylist():
             if (pair["origin"], pair["line"]) in keys:

@@ -408,9 +408,6 @@ def test_hash_set_matches_a_python_set_and_costs_8_bytes_a_member():
 
 def test_duplicates_are_found_across_row_groups(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus, "BATCH_ROWS", 3)  # many small batches instead of one
-    from pipeline import bounded_io
-
-    monkeypatch.setattr(bounded_io, "BATCH_ROWS", 3)
     train = [*GOOD_TRAIN, GOOD_TRAIN[0], *GOOD_TRAIN[1:3], GOOD_TRAIN[3]]
     paths = raw_corpus(tmp_path, train=train)
 
