@@ -86,3 +86,11 @@ def test_stage_modules_import_without_heavy_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_every_dependency_is_a_file_in_the_repo_or_an_output_of_an_earlier_stage():
+    produced: set[str] = set()
+    for stage, spec in DVC.items():
+        for dep in spec["deps"]:
+            assert dep in produced or (REPO / dep).exists(), f"{stage}: {dep}"
+        produced.update(names(spec.get("outs", [])) + names(spec.get("metrics", [])))
