@@ -231,26 +231,14 @@ def train_expectations(params: Params) -> list[Any]:
     expectations = [ex.ExpectTableRowCountToBeBetween(min_value=vp.min_rows, meta=critical)]
     # Not null: the length of a null side is null.
     expectations += [ex.ExpectColumnValuesToNotBeNull(column=f"{side}_chars", meta=critical) for side in ("src", "tgt")]
-    for side in ("src", "tgt"):
-        expectations.append(
-            ex.ExpectColumnValuesToBeBetween(
-                column=f"{side}_chars",
-                min_value=clean.min_chars,
-                max_value=clean.max_chars,
-                mostly=mostly,
-                meta=critical,
-            )
+    bounds = {"chars": (clean.min_chars, clean.max_chars), "words": (clean.min_words, clean.max_words)}
+    expectations += [
+        ex.ExpectColumnValuesToBeBetween(
+            column=f"{side}_{unit}", min_value=low, max_value=high, mostly=mostly, meta=critical
         )
-    for side in ("src", "tgt"):
-        expectations.append(
-            ex.ExpectColumnValuesToBeBetween(
-                column=f"{side}_words",
-                min_value=clean.min_words,
-                max_value=clean.max_words,
-                mostly=mostly,
-                meta=critical,
-            )
-        )
+        for unit, (low, high) in bounds.items()
+        for side in ("src", "tgt")
+    ]
     expectations += [
         ex.ExpectColumnValuesToBeBetween(
             column="length_ratio", max_value=clean.max_length_ratio, mostly=mostly, meta=critical

@@ -27,6 +27,23 @@ def multi30k_lines(name: str, lang: str, limit: int | None = None) -> list[str]:
     return lines[:limit]
 
 
+def write_pair_parquet(path: Path, pairs: list, origin: str) -> Path:
+    """A pair Parquet file (src, tgt, origin, line) from (src, tgt) tuples, lines numbered from 1."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.corpus import PAIR_SCHEMA
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs], "origin": [origin] * len(pairs),
+         "line": list(range(1, len(pairs) + 1))},
+        schema=PAIR_SCHEMA,
+    )
+    pq.write_table(table, path)
+    return path
+
+
 def write_clean_splits(root: Path, sizes: dict[str, int]) -> Path:
     """Write data/clean/<split>.parquet from Multi30k: train and valid from train/val, other splits from test."""
     import pyarrow as pa

@@ -14,10 +14,10 @@ import pytest
 
 from pipeline import corpus
 from pipeline.artifacts import Paths
-from pipeline.corpus import PAIR_SCHEMA
 from pipeline.errors import InputFileError, MissingArtifact, PipelineError
 from pipeline.params import parse
 from stages import clean
+from tests.conftest import write_pair_parquet
 
 GOOD_TRAIN = [
     ("A dog runs in the park.", "Ein Hund rennt im Park."),
@@ -30,19 +30,7 @@ TEST = [("A bird sings.", "Ein Vogel singt."), ("Snow falls.", "Schnee fällt.")
 
 
 def write_raw(root: Path, split: str, pairs: list[tuple[str, str]]) -> Path:
-    out = root / "data" / "raw"
-    out.mkdir(parents=True, exist_ok=True)
-    table = pa.table(
-        {
-            "src": [s for s, _ in pairs],
-            "tgt": [t for _, t in pairs],
-            "origin": [f"{split}.en"] * len(pairs),
-            "line": list(range(1, len(pairs) + 1)),
-        },
-        schema=PAIR_SCHEMA,
-    )
-    pq.write_table(table, out / f"{split}.parquet")
-    return out / f"{split}.parquet"
+    return write_pair_parquet(root / "data" / "raw" / f"{split}.parquet", pairs, f"{split}.en")
 
 
 def raw_corpus(root: Path, train: list, valid: list = VALID, test: list = TEST) -> Paths:

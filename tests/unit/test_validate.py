@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.corpus import PAIR_SCHEMA
 from pipeline.errors import MissingArtifact, ValidationFailed
 from pipeline.params import parse
 from stages import validate
+from tests.conftest import write_pair_parquet
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,18 +30,7 @@ GOOD_HELDOUT = [("A cat sleeps.", "Eine Katze schläft."), ("It rains.", "Es reg
 
 
 def write_split(root: Path, split: str, pairs: list[tuple[str | None, str | None]]) -> None:
-    out = root / "data" / "clean"
-    out.mkdir(parents=True, exist_ok=True)
-    table = pa.table(
-        {
-            "src": [s for s, _ in pairs],
-            "tgt": [t for _, t in pairs],
-            "origin": [f"{split}.en"] * len(pairs),
-            "line": list(range(1, len(pairs) + 1)),
-        },
-        schema=PAIR_SCHEMA,
-    )
-    pq.write_table(table, out / f"{split}.parquet")
+    write_pair_parquet(root / "data" / "clean" / f"{split}.parquet", pairs, f"{split}.en")
 
 
 def corpus(root: Path, train: list, valid: list = GOOD_HELDOUT, test: list = GOOD_HELDOUT) -> Paths:
