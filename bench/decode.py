@@ -13,6 +13,10 @@ identical hypotheses.
     ctranslate2   when the package is installed: the export's ctranslate2/ directory, or a conversion of --model
                   into a temporary directory (--ct2-quantization)
 
+Then the fp32 ONNX path's compute: its FLOPs (counted from the shapes of every encoder and decoder call), the
+rate it ran at as a share of an fp32 matmul peak measured in the same run (bench/train_throughput.py's), and the
+rate 5x `generate` would need for the same FLOPs.
+
 Goals, printed with PASS/MISS and asserted nowhere: the ONNX path at least 5x `generate`; every path's BLEU within
 0.2 of `generate`. A table first, then, as the last line, one JSON object with every figure.
 
@@ -80,11 +84,45 @@ def generate_path(model_dir: Path, args: argparse.Namespace) -> tuple[Callable, 
     return (lambda sources: translate(model, tokenizer, sources, cfg, progress_bar=False)), tokenizer
 
 
-def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool) -> Callable:
+class FlopCounter:
+    """Forward FLOPs (2 per multiply-add) of every encoder and decoder call the ONNX path makes, counted from the
+    shapes it feeds: what the path computes, whatever the search does around it."""
+
+    def __init__(self, model: Any, config: dict[str, Any]):
+        self.d, self.ffn, self.vocab = config["d_model"], config["decoder_ffn_dim"], config["vocab_size"]
+        self.encoder_layers, self.decoder_layers = config["encoder_layers"], config["decoder_layers"]
+        self.flops = 0.0
+        encode, decode = model.encode, model.decode
+
+        def counted_encode(input_ids, attention_mask):
+            batch, s = input_ids.shape
+            d, f = self.d, self.ffn
+            layer = 8 * s * d * d + 4 * s * s * d + 4 * s * d * f  # QKVO, QK^T + AV, feed-forward
+            self.flops += batch * (self.encoder_layers * layer + self.decoder_layers * 4 * s * d * d)  # + cross K,V
+            return encode(input_ids, attention_mask)
+
+        def counted_decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
+            rows, new = decoder_input_ids.shape
+            past, s = self_cache[0].shape[2], encoder_attention_mask.shape[1]
+            d, f = self.d, self.ffn
+            layer = 8 * d * d + 4 * d * (past + new) + 4 * d * d + 4 * d * s + 4 * d * f  # self, cross, feed-forward
+            self.flops += rows * new * (self.decoder_layers * layer + 2 * d * self.vocab)
+            return decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=logits)
+
+        model.encode, model.decode = counted_encode, counted_decode
+
+
+def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool) -> tuple[Callable, FlopCounter]:
     from pipeline.translate import Translator
 
     translator = Translator(export_dir, int8=int8, threads=args.threads, max_tokens=args.max_tokens)
-    return lambda sources: translator.translate(sources, beam=args.beam)
+    counter = FlopCounter(translator.model, json.loads((export_dir / "config.json").read_text()))
+
+    def translate(sources: list[str]) -> list[str]:
+        counter.flops = 0.0  # so it holds the FLOPs of the last (timed) call
+        return translator.translate(sources, beam=args.beam)
+
+    return translate, counter
 
 
 def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: dict, tokenizer: Any, args: argparse.Namespace,
@@ -176,6 +214,23 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
 
 
+def compute_bound(flops: float, results: dict[str, dict[str, Any]], threads: int) -> dict[str, float]:
+    """How close the fp32 ONNX path runs to the machine's fp32 matmul peak, and the rate `GOAL_ONNX_SPEEDUP` x
+    `generate` would need for the same FLOPs: whether the goal is reachable by removing overhead at all."""
+    from bench.train_throughput import matmul_peak
+
+    peak = matmul_peak(threads)
+    achieved = flops / results["onnx"]["seconds"]
+    needed = flops / (results["generate"]["seconds"] / GOAL_ONNX_SPEEDUP)
+    print(f"\nfp32 ONNX path: {flops / 1e9:.0f} GFLOP of encoder + decoder calls (from their shapes) in "
+          f"{results['onnx']['seconds']:.2f} s = {achieved / 1e9:.1f} GFLOP/s, {achieved / peak:.0%} of the fp32 "
+          f"matmul peak measured here ({peak / 1e9:.1f} GFLOP/s, {threads} threads); {GOAL_ONNX_SPEEDUP:g}x generate "
+          f"would need {needed / 1e9:.1f} GFLOP/s = {needed / peak:.2f}x that peak")
+    return {"onnx_gflop": round(flops / 1e9, 1), "onnx_gflops_per_s": round(achieved / 1e9, 1),
+            "matmul_peak_gflops_per_s": round(peak / 1e9, 1), "onnx_peak_share": round(achieved / peak, 3),
+            "goal_needs_gflops_per_s": round(needed / 1e9, 1), "goal_needs_peak_multiple": round(needed / peak, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=REPO / "models" / "final",
@@ -202,12 +257,13 @@ def main() -> None:
     refs = read_gz_lines(args.multi30k / f"{TEST_SET}.de.gz", args.limit)
     generate, tokenizer = generate_path(args.model, args)
     results = {"generate": measure("generate", generate, sources, refs, tokenizer, args.repeat)}
-    results["onnx"] = measure("onnx", onnx_path(export_dir, args, int8=False), sources, refs, tokenizer, args.repeat)
+    onnx, counter = onnx_path(export_dir, args, int8=False)
+    results["onnx"] = measure("onnx", onnx, sources, refs, tokenizer, args.repeat)
     notes = {"generate": f"{args.model}", "onnx": f"{export_dir}"}
     manifest = json.loads((export_dir / "export.json").read_text())
     if "onnx_int8" in manifest.get("files", {}) and "onnx-int8" not in args.skip:
-        results["onnx-int8"] = measure("onnx-int8", onnx_path(export_dir, args, int8=True), sources, refs, tokenizer,
-                                       args.repeat)
+        results["onnx-int8"] = measure("onnx-int8", onnx_path(export_dir, args, int8=True)[0], sources, refs,
+                                       tokenizer, args.repeat)
     import importlib.util
 
     if "ctranslate2" in args.skip:
@@ -219,7 +275,9 @@ def main() -> None:
             translate, notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer, args,
                                                                Path(workdir))
             results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
-    print(json.dumps(report(results, args, len(sources), notes)))
+    figures = report(results, args, len(sources), notes)
+    figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -183,6 +183,9 @@ class ValidateParams(_Section):
     language_sample: int = Field(2000, ge=0)
     min_language_match: float = Field(0.9, ge=0.0, le=1.0)
     seed: int = Field(1, ge=0)
+    # Training rows per GX batch: the suite runs over every row, one chunk at a time, so memory is bounded by this
+    # and not by the corpus. `mostly` applies within each chunk.
+    chunk_rows: int = Field(250_000, ge=1000)
 
 
 class TokenizeParams(_Section):

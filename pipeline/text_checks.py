@@ -1,7 +1,8 @@
 """Text measures the clean stage filters on and the validate stage checks: one definition, so the two agree.
 
 Invisible characters, the script of a language, letter and script shares (vectorised with pyarrow), 64-bit pair
-hashes, and language identification with py3langid (its model ships inside the wheel; imported on first use).
+hashes and a set of them in 8 bytes a member (deduplication), and language identification with py3langid (its
+model ships inside the wheel; imported on first use).
 """
 
 from __future__ import annotations
@@ -78,6 +79,45 @@ def pair_hashes(src: pa.Array, tgt: pa.Array) -> np.ndarray:
     keys = pc.binary_join_element_wise(pc.fill_null(src, ""), pc.fill_null(tgt, ""), "\t")
     digest = xxhash.xxh3_64_intdigest
     return np.fromiter((digest(k) for k in keys.cast(pa.binary()).to_pylist()), dtype=np.uint64, count=len(keys))
+
+
+class HashSet64:
+    """A set of uint64 hashes as a few sorted numpy runs (a log-structured merge): 8 bytes per member, and 16 at
+    most while two runs merge. Runs of similar size merge, so there are O(log n) of them and each hash is sorted
+    O(log n) times; a lookup is one binary search per run."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.runs)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.nbytes for r in self.runs)
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray:
+        found = np.zeros(len(hashes), dtype=bool)
+        for run in self.runs:
+            at = np.minimum(np.searchsorted(run, hashes), len(run) - 1)
+            found |= run[at] == hashes
+        return found
+
+    def add(self, hashes: np.ndarray) -> None:
+        """Add hashes that are not members yet (the caller checked with `contains`)."""
+        if not len(hashes):
+            return
+        self.runs.append(np.sort(hashes))
+        while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+            last = self.runs.pop()
+            self.runs[-1] = np.sort(np.concatenate([self.runs[-1], last]))
+
+
+def first_occurrences(hashes: np.ndarray) -> np.ndarray:
+    """True for the first row of each distinct hash in `hashes` (copies within one batch)."""
+    first = np.zeros(len(hashes), dtype=bool)
+    first[np.unique(hashes, return_index=True)[1]] = True
+    return first
 
 
 @functools.lru_cache(maxsize=1)

@@ -43,7 +43,15 @@ from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import PAIR_SCHEMA, iter_pair_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import CleanParams, Params
-from pipeline.text_checks import INVISIBLE, SCRIPTS, LanguageDetector, letter_shares, pair_hashes
+from pipeline.text_checks import (
+    INVISIBLE,
+    SCRIPTS,
+    HashSet64,
+    LanguageDetector,
+    first_occurrences,
+    letter_shares,
+    pair_hashes,
+)
 
 log = logging.getLogger("mtpipe.clean")
 
@@ -213,48 +221,6 @@ def normalize(texts: pa.Array, form: str = "NFC", lang: str | None = None, cfg: 
     if cfg is None:
         cfg = CleanParams(unicode_form=form, strip_html=False, moses_punct=False)
     return Normalizer(cfg, lang or "en")(texts)
-
-
-# --- corpus-wide sets of 64-bit hashes ---------------------------------------------------------------------
-
-
-class HashSet64:
-    """A set of uint64 hashes as a few sorted numpy runs (a log-structured merge): 8 bytes per member, and 16 at
-    most while two runs merge. Runs of similar size merge, so there are O(log n) of them and each hash is sorted
-    O(log n) times; a lookup is one binary search per run."""
-
-    def __init__(self) -> None:
-        self.runs: list[np.ndarray] = []
-
-    def __len__(self) -> int:
-        return sum(len(r) for r in self.runs)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(r.nbytes for r in self.runs)
-
-    def contains(self, hashes: np.ndarray) -> np.ndarray:
-        found = np.zeros(len(hashes), dtype=bool)
-        for run in self.runs:
-            at = np.minimum(np.searchsorted(run, hashes), len(run) - 1)
-            found |= run[at] == hashes
-        return found
-
-    def add(self, hashes: np.ndarray) -> None:
-        """Add hashes that are not members yet (the caller checked with `contains`)."""
-        if not len(hashes):
-            return
-        self.runs.append(np.sort(hashes))
-        while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
-            last = self.runs.pop()
-            self.runs[-1] = np.sort(np.concatenate([self.runs[-1], last]))
-
-
-def first_occurrences(hashes: np.ndarray) -> np.ndarray:
-    """True for the first row of each distinct hash in `hashes` (copies within one batch)."""
-    first = np.zeros(len(hashes), dtype=bool)
-    first[np.unique(hashes, return_index=True)[1]] = True
-    return first
 
 
 # --- the filters ------------------------------------------------------------------------------------------

@@ -4,19 +4,26 @@ The clean stage filters the training split and normalises every split; this stag
 what the rest of the pipeline assumes, so a bug or a changed threshold upstream stops the DAG here instead of
 surfacing later as a bad model. The clean stage's thresholds (`params.clean`) are the bounds.
 
-The whole training split is validated, every row, in memory that does not grow with the text: GX has no
+The whole training split is validated, every row, in memory that does not grow with the corpus: GX has no
 pairwise checks (source != target, length ratio, duplicate pairs) and the text itself is what costs memory
-(~1.1 KB a pair in pandas), so the split is first streamed, row group by row group, into a file of the per-row
-measures in DERIVED_COLUMNS below (about 50 bytes a pair; no text), and GX validates that file. Language is
-checked with py3langid on a seeded sample of `validate.language_sample` rows (a full pass would cost as much as
-the clean stage's optional language filter); every other expectation sees every row. Failed expectations are
-reported with example rows, whose text is then looked up in the split by row number.
+(~1.1 KB a pair in pandas), so the split is first streamed, row group by row group, into files of the per-row
+measures in DERIVED_COLUMNS below (about 45 bytes a pair; no text), one file per `validate.chunk_rows` rows, and
+GX validates each chunk as a batch of its own. Duplicates across chunks are found while streaming, with the clean
+stage's hash set (8 bytes a pair): `is_duplicate` marks every repeat of an earlier row. Language is checked with
+py3langid on a seeded sample of `validate.language_sample` rows (a full pass would cost as much as the clean
+stage's optional language filter); every other expectation sees every row. Failed expectations are reported with
+example rows, whose text is then looked up in the split by row number.
 
-Each expectation carries `meta={"critical": bool}`. Every split runs as its own validation definition in one
-checkpoint, so the Data Docs site (written to `reports/validation/`) shows them all; `metrics/validation.json`
-summarises the same results. Both are written before a failed critical expectation raises `ValidationFailed`,
-so the report is there to inspect. Great Expectations and pandas are imported inside functions: importing GX
-alone takes seconds.
+Why chunks: GX loads a batch into pandas whole, so one batch of the whole split made the stage's peak memory grow
+with the corpus (398 MB at 250k pairs, 534 MB at 1M: 4.5M would need about 1.1 GB); per chunk it stays flat. The
+cost is that `validate.mostly` applies within each chunk, and the minimum row count is checked on the last chunk
+as the rows the earlier chunks do not supply.
+
+Each expectation carries `meta={"critical": bool}`. Every split (and every chunk of the training split) runs as
+its own validation definition in one checkpoint, so the Data Docs site (written to `reports/validation/`) shows
+them all; `metrics/validation.json` summarises the same results, the training chunks merged into one summary.
+Both are written before a failed critical expectation raises `ValidationFailed`, so the report is there to
+inspect. Great Expectations and pandas are imported inside functions: importing GX alone takes seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import math
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,9 @@ from pipeline.params import Params
 from pipeline.text_checks import (
     INVISIBLE,
     SCRIPTS,
+    HashSet64,
     LanguageDetector,
+    first_occurrences,
     forget_language_model,
     letter_shares,
     pair_hashes,
@@ -71,7 +80,10 @@ DERIVED_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
         "clean.ratio_min_chars characters, where the clean stage does not apply the ratio filter either",
     ),
     "is_copy": (pa.bool_(), "src == tgt"),
-    "pair_hash": (pa.uint64(), "64-bit xxh3 hash of src + TAB + tgt: equal pairs have equal hashes"),
+    "is_duplicate": (
+        pa.bool_(),
+        "an earlier row of the split holds the same pair (compared by 64-bit xxh3 hashes of src + TAB + tgt)",
+    ),
     "has_control": (pa.bool_(), "control or invisible (zero-width, bidi, BOM) characters on either side"),
     "has_html": (
         pa.bool_(),
@@ -103,6 +115,14 @@ class Measures:
     pool: ThreadPoolExecutor
     sample: np.ndarray  # sorted 0-based rows of the language sample
     detector: LanguageDetector | None = None
+    seen: HashSet64 = field(default_factory=HashSet64)  # the pairs of the rows measured so far
+
+    def duplicates(self, src: pa.Array, tgt: pa.Array) -> np.ndarray:
+        """True for every row whose pair occurred earlier in the split (in this or an earlier batch)."""
+        hashes = pair_hashes(src, tgt)
+        repeat = self.seen.contains(hashes) | ~first_occurrences(hashes)
+        self.seen.add(hashes[~repeat])
+        return repeat
 
     @property
     def langs(self) -> tuple[str, str]:
@@ -164,7 +184,7 @@ def derive_columns(batch: pa.RecordBatch, measures: Measures, first_row: int = 0
         "tgt_words": t["words"],
         "length_ratio": pc.if_else(ratio_applies, pc.divide(longer, shorter), None),
         "is_copy": pc.equal(src, tgt),
-        "pair_hash": pa.array(pair_hashes(src, tgt), pa.uint64()),
+        "is_duplicate": pa.array(measures.duplicates(src, tgt), pa.bool_()),
         "has_control": pc.or_kleene(s["has_control"], t["has_control"]),
         "has_html": pc.or_kleene(s["has_html"], t["has_html"]),
         "src_letter_share": s["letter_share"],
@@ -180,9 +200,34 @@ def derive_columns(batch: pa.RecordBatch, measures: Measures, first_row: int = 0
     )
 
 
-def write_derived(train_file: Path, out_file: Path, params: Params) -> dict[str, Any]:
-    """Stream the train split through derive_columns into `out_file`, in bounded memory; returns what the
-    language sample covered."""
+@dataclass(frozen=True)
+class Chunk:
+    """A file of derived columns for rows first_row ... first_row + rows - 1 (0-based) of the training split."""
+
+    path: Path
+    first_row: int
+    rows: int
+
+    @property
+    def name(self) -> str:
+        """The GX asset and suite name: "train" when the split is one chunk, else "train-rows-A-B"."""
+        return self.path.stem
+
+
+def chunk_files(work: Path, rows: int, chunk_rows: int) -> list[Chunk]:
+    """Where each chunk's derived columns go: one file named "train", or "train-rows-A-B" (1-based, inclusive)."""
+    if rows <= chunk_rows:
+        return [Chunk(work / "train.parquet", 0, rows)]
+    starts = range(0, rows, chunk_rows)
+    return [
+        Chunk(work / f"train-rows-{a + 1}-{min(a + chunk_rows, rows)}.parquet", a, min(chunk_rows, rows - a))
+        for a in starts
+    ]
+
+
+def write_derived(train_file: Path, work: Path, params: Params) -> tuple[list[Chunk], dict[str, Any]]:
+    """Stream the train split through derive_columns into chunk files, in bounded memory; returns the chunks and
+    what the language sample covered."""
     rows = count_rows(train_file)
     vp = params.validate_
     sample = language_sample(rows, vp.language_sample, vp.seed)
@@ -194,16 +239,25 @@ def write_derived(train_file: Path, out_file: Path, params: Params) -> dict[str,
             )
         except ValueError as err:
             raise ValidationFailed(f"language check: {err}") from None
-    with ThreadPoolExecutor(2) as pool, pq.ParquetWriter(out_file, DERIVED_FILE_SCHEMA) as writer:
+    chunks = chunk_files(work, rows, vp.chunk_rows)
+    writers = [pq.ParquetWriter(chunk.path, DERIVED_FILE_SCHEMA) for chunk in chunks]
+    with ThreadPoolExecutor(2) as pool:
         measures = Measures(params, pool, sample, detector)
         first_row = 0
         for batch in iter_pair_batches(train_file):
-            writer.write_batch(derive_columns(batch.cast(PAIR_SCHEMA), measures, first_row))
+            derived = derive_columns(batch.cast(PAIR_SCHEMA), measures, first_row)
+            # The batch's rows, cut at chunk boundaries.
+            for i in range(first_row // vp.chunk_rows, (first_row + len(batch) - 1) // vp.chunk_rows + 1):
+                a = max(chunks[i].first_row, first_row) - first_row
+                b = min(chunks[i].first_row + chunks[i].rows, first_row + len(batch)) - first_row
+                writers[i].write_batch(derived.slice(a, b - a))
             first_row += len(batch)
-    # The detector's model (~110 MB) is not needed while GX holds the derived file: hand it back first.
+    for writer in writers:
+        writer.close()
+    # The detector's model (~110 MB) and the hash set are not needed while GX holds a chunk: hand them back first.
     del measures, detector
     forget_language_model()
-    return {"language_sample_rows": len(sample)}
+    return chunks, {"language_sample_rows": len(sample)}
 
 
 def fetch_rows(path: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -223,12 +277,15 @@ def fetch_rows(path: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], 
 # --- the suites ------------------------------------------------------------------------------------------
 
 
-def train_expectations(params: Params) -> list[Any]:
+def train_expectations(params: Params, min_rows: int | None = None) -> list[Any]:
+    """The suite of the training split's derived columns; `min_rows` (default validate.min_rows) is what the
+    row count is checked against (a chunk's share of the minimum)."""
     import great_expectations as gx
 
     ex, clean, vp, mostly = gx.expectations, params.clean, params.validate_, params.validate_.mostly
     critical, warning = {"critical": True}, {"critical": False}
-    expectations = [ex.ExpectTableRowCountToBeBetween(min_value=vp.min_rows, meta=critical)]
+    min_rows = vp.min_rows if min_rows is None else min_rows
+    expectations = [ex.ExpectTableRowCountToBeBetween(min_value=min_rows, meta=critical)]
     # Not null: the length of a null side is null.
     expectations += [ex.ExpectColumnValuesToNotBeNull(column=f"{side}_chars", meta=critical) for side in ("src", "tgt")]
     bounds = {"chars": (clean.min_chars, clean.max_chars), "words": (clean.min_words, clean.max_words)}
@@ -246,7 +303,7 @@ def train_expectations(params: Params) -> list[Any]:
         # With clean.reject_copies off, copies are expected; they are still reported.
         ex.ExpectColumnValuesToBeInSet(column="is_copy", value_set=[False], meta={"critical": clean.reject_copies}),
         # Without deduplication in the clean stage duplicates are expected; they are still reported.
-        ex.ExpectColumnValuesToBeUnique(column="pair_hash", meta={"critical": clean.deduplicate}),
+        ex.ExpectColumnValuesToBeInSet(column="is_duplicate", value_set=[False], meta={"critical": clean.deduplicate}),
         ex.ExpectColumnValuesToBeInSet(column="has_control", value_set=[False], meta=critical),
         ex.ExpectColumnValuesToBeInSet(column="has_html", value_set=[False], meta=warning),
     ]
@@ -294,12 +351,23 @@ def _quiet_gx() -> None:
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 
-def run_checkpoint(params: Params, split_files: dict[str, Path], site_dir: Path, notes: dict[str, str]) -> list[Any]:
-    """Validate every split in one checkpoint whose action writes the Data Docs to `site_dir`.
+@dataclass(frozen=True)
+class GxBatch:
+    """What one validation definition checks: a Parquet file against a suite; `notes` (markdown) are shown on
+    the suite's page in the Data Docs."""
 
-    Each split is a parquet asset of its own: a dataframe asset cannot be used, because a checkpoint passes the
-    same batch parameters to every validation definition. `notes` (per split, markdown) are shown on the
-    suite's page in the Data Docs. Returns the suite validation results in `split_files` order.
+    name: str
+    path: Path
+    expectations: list[Any]
+    notes: str | None = None
+
+
+def run_checkpoint(batches: list[GxBatch], site_dir: Path) -> list[Any]:
+    """Validate every batch in one checkpoint whose action writes the Data Docs to `site_dir`.
+
+    Each batch is a parquet asset of its own: a dataframe asset cannot be used, because a checkpoint passes the
+    same batch parameters to every validation definition. GX loads one batch at a time. Returns the suite
+    validation results in `batches` order.
     """
     _quiet_gx()
     import great_expectations as gx
@@ -331,12 +399,11 @@ def run_checkpoint(params: Params, split_files: dict[str, Path], site_dir: Path,
     context = gx.get_context(mode="ephemeral", project_config=config)
     source = context.data_sources.add_pandas("clean")
     definitions = []
-    for split, path in split_files.items():
-        expectations = train_expectations(params) if split == "train" else heldout_expectations()
-        suite = context.suites.add(gx.ExpectationSuite(name=split, expectations=expectations, notes=notes.get(split)))
-        batch = source.add_parquet_asset(split, path=path).add_batch_definition_whole_dataframe(split)
+    for b in batches:
+        suite = context.suites.add(gx.ExpectationSuite(name=b.name, expectations=b.expectations, notes=b.notes))
+        data = source.add_parquet_asset(b.name, path=b.path).add_batch_definition_whole_dataframe(b.name)
         definitions.append(
-            context.validation_definitions.add(gx.ValidationDefinition(name=split, data=batch, suite=suite))
+            context.validation_definitions.add(gx.ValidationDefinition(name=b.name, data=data, suite=suite))
         )
     checkpoint = context.checkpoints.add(
         gx.Checkpoint(
@@ -360,8 +427,8 @@ def run_checkpoint(params: Params, split_files: dict[str, Path], site_dir: Path,
         result = checkpoint.run(run_id=RunIdentifier(run_name="validate"))
     finally:
         pandas_execution_engine.HASH_THRESHOLD = threshold
-    by_split = {r.suite_name: r for r in result.run_results.values()}
-    return [by_split[split] for split in split_files]
+    by_name = {r.suite_name: r for r in result.run_results.values()}
+    return [by_name[b.name] for b in batches]
 
 
 # --- summarising results ---------------------------------------------------------------------------------
@@ -429,18 +496,45 @@ def describe_failure(evr: Any) -> dict[str, Any]:
     return {k: v for k, v in failure.items() if v is not None}
 
 
-def summarise(rows: int, suite_result: Any) -> dict[str, Any]:
-    stats = suite_result.statistics
+def merge_failures(failures: list[dict[str, Any]], rows: int, min_rows: int | None) -> dict[str, Any]:
+    """One expectation's failures in several chunks as one: counts summed, the first examples kept; the row count
+    is the split's, against `min_rows` when given (validate.min_rows for the chunked training split)."""
+    merged = {**failures[0], "examples": [], "rows": []}
+    if merged["expectation"] == "expect_table_row_count_to_be_between" and min_rows is not None:
+        merged.update(observed_value=rows, kwargs={**merged["kwargs"], "min_value": min_rows})
+    counted = [f for f in failures if f.get("unexpected_count") is not None]
+    if counted:
+        unexpected = sum(f["unexpected_count"] for f in counted)
+        # unexpected_percent is of the non-null values: recover each chunk's count of them to weigh the shares.
+        checked = sum(
+            f["unexpected_count"] * 100 / f["unexpected_percent"] for f in counted if f.get("unexpected_percent")
+        )
+        merged.update(unexpected_count=unexpected, unexpected_percent=100 * unexpected / checked if checked else None)
+    for f in failures:
+        merged["examples"] = (merged["examples"] + f.get("examples", []))[:EXAMPLES_IN_METRICS]
+        merged["rows"] = (merged["rows"] + f.get("rows", []))[:EXAMPLES_IN_METRICS]
+    errors = [f["error"] for f in failures if f.get("error")]
+    if errors:
+        merged["error"] = errors[0]
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+def summarise(rows: int, suite_results: list[Any], min_rows: int | None = None) -> dict[str, Any]:
+    """A split's results; a split validated in chunks (same expectations, in the same order) summarised as one:
+    an expectation succeeds when it succeeds on every chunk."""
     critical, warnings = [], []
-    for evr in suite_result.results:
-        if evr.success:
-            continue
-        (critical if evr.expectation_config.meta.get("critical", True) else warnings).append(describe_failure(evr))
+    evaluated = len(suite_results[0].results)
+    for i in range(evaluated):
+        failed = [describe_failure(r.results[i]) for r in suite_results if not r.results[i].success]
+        if failed:
+            merged = merge_failures(failed, rows, min_rows)
+            config = suite_results[0].results[i].expectation_config
+            (critical if config.meta.get("critical", True) else warnings).append(merged)
     return {
         "success": not critical,
         "rows": rows,
-        "evaluated_expectations": int(stats["evaluated_expectations"]),
-        "successful_expectations": int(stats["successful_expectations"]),
+        "evaluated_expectations": evaluated,
+        "successful_expectations": evaluated - len(critical) - len(warnings),
         "failed_critical": critical,
         "failed_non_critical": warnings,
     }
@@ -498,8 +592,29 @@ def add_example_text(train_file: Path, summary: dict[str, Any]) -> None:
         for row in failure["rows"]:
             pair = texts.get((row.get("origin"), row.get("line")), {})
             row.update({"src": pair.get("src"), "tgt": pair.get("tgt")})
-        if failure.get("column") == "pair_hash":  # a hash says nothing: show the pair it stands for
+        if failure.get("column") == "is_duplicate":  # True says nothing: show the pair that repeats
             failure["examples"] = [f"{r['src']}\t{r['tgt']}" for r in failure["rows"]]
+
+
+def train_batch(params: Params, chunk: Chunk, rows: int, source: Path, sample: dict[str, Any]) -> GxBatch:
+    """A chunk of the training split as GX checks it. The row count of the last chunk is checked against the rows
+    the earlier ones leave to reach validate.min_rows (1 for the others), so the split as a whole is checked."""
+    last = chunk.first_row + chunk.rows == rows
+    min_rows = max(params.validate_.min_rows - chunk.first_row, 1) if last else 1
+    # The Data Docs show the derived file's (then deleted) path; the notes name the real source.
+    part = (
+        "every row"
+        if chunk.rows == rows
+        else f"rows {chunk.first_row + 1:,} to {chunk.first_row + chunk.rows:,} of {rows:,}"
+    )
+    columns = "\n".join(f"- `{name}`: {meaning}" for name, (_, meaning) in DERIVED_COLUMNS.items())
+    notes = (
+        f"Data: {part} of `{source}`, as the measures below (no text); the language columns on a seeded sample of "
+        f"{sample['language_sample_rows']} rows of the split (validate.language_sample, validate.seed). The row "
+        f"count expectation asks for the rows this chunk adds towards validate.min_rows = "
+        f"{params.validate_.min_rows}.\n\n{columns}"
+    )
+    return GxBatch(chunk.name, chunk.path, train_expectations(params, min_rows), notes)
 
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
@@ -517,19 +632,19 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     # The derived train file lives only for this run, beside the report (not in /tmp, which may be a small
     # in-memory filesystem).
     with tempfile.TemporaryDirectory(prefix=".validate-", dir=report.parent) as work:
-        derived = Path(work) / "train.parquet"
-        sample = write_derived(inputs["train"], derived, params)
+        chunks, sample = write_derived(inputs["train"], Path(work), params)
+        batches = [train_batch(params, chunk, rows["train"], inputs["train"], sample) for chunk in chunks]
+        heldout = [split for split in inputs if split != "train"]
+        batches += [GxBatch(split, inputs[split], heldout_expectations()) for split in heldout]
         with atomic_path(report) as site_dir:
-            # The Data Docs show the derived file's (then deleted) path; the notes name the real source.
-            columns = "\n".join(f"- `{name}`: {meaning}" for name, (_, meaning) in DERIVED_COLUMNS.items())
-            notes = {
-                "train": f"Data: every row of `{inputs['train']}`, as the measures below (no text); the language "
-                f"columns on a seeded sample of {sample['language_sample_rows']} rows "
-                f"(validate.language_sample, validate.seed):\n\n{columns}"
-            }
-            results = run_checkpoint(params, {**inputs, "train": derived}, site_dir, notes)
+            results = run_checkpoint(batches, site_dir)
 
-    per_split = {split: summarise(rows[split], r) for split, r in zip(inputs, results, strict=True)}
+    by_split = {
+        "train": results[: len(chunks)],
+        **{s: [r] for s, r in zip(heldout, results[len(chunks) :], strict=True)},
+    }
+    per_split = {split: summarise(rows[split], by_split[split]) for split in inputs}
+    per_split["train"] = summarise(rows["train"], by_split["train"], params.validate_.min_rows)
     add_example_text(inputs["train"], per_split["train"])
     per_split["train"].update(sample)
     failed = [(s, f) for s, summary in per_split.items() for f in summary["failed_critical"]]

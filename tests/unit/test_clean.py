@@ -16,6 +16,7 @@ from pipeline import corpus
 from pipeline.artifacts import Paths
 from pipeline.errors import InputFileError, MissingArtifact, PipelineError
 from pipeline.params import parse
+from pipeline.text_checks import HashSet64
 from stages import clean
 from tests.conftest import write_pair_parquet
 
@@ -382,7 +383,7 @@ def test_moses_falls_back_to_string_by_string_when_a_rule_does_not_translate():
 def test_hash_set_matches_a_python_set_and_costs_8_bytes_a_member():
     rng = np.random.default_rng(0)
     members: set[int] = set()
-    hashes = clean.HashSet64()
+    hashes = HashSet64()
     for _ in range(40):
         batch = np.unique(rng.integers(0, 2**63, size=int(rng.integers(1, 500)), dtype=np.uint64))
         probe = np.concatenate([batch, np.array(list(members)[:50], dtype=np.uint64)])

@@ -89,16 +89,59 @@ def test_duplicate_pairs_fail_the_suite_with_examples(tmp_path):
 
     message = str(err.value)
     assert "1 critical expectation(s) failed" in message
-    assert "train: expect_column_values_to_be_unique on pair_hash: 2 unexpected (33.33%)" in message
-    assert "train.en:2 src='Two children play football.'" in message and "train.en:6 " in message
+    assert "train: expect_column_values_to_be_in_set on is_duplicate: 1 unexpected (16.67%)" in message
+    assert "train.en:6 src='Two children play football.'" in message
     # The report is written before the error, for the user to inspect.
     assert (paths.validation_report / "index.html").is_file()
     metrics = metrics_of(paths)
     assert metrics["success"] is False and metrics["failed_critical"] == 1
     (failure,) = metrics["splits"]["train"]["failed_critical"]
-    assert failure["expectation"] == "expect_column_values_to_be_unique" and failure["column"] == "pair_hash"
-    assert failure["examples"] == ["Two children play football.\tZwei Kinder spielen Fußball."] * 2
-    assert [(r["origin"], r["line"]) for r in failure["rows"]] == [("train.en", 2), ("train.en", 6)]
+    assert failure["expectation"] == "expect_column_values_to_be_in_set" and failure["column"] == "is_duplicate"
+    assert failure["examples"] == ["Two children play football.\tZwei Kinder spielen Fußball."]
+    assert [(r["origin"], r["line"]) for r in failure["rows"]] == [("train.en", 6)]
+
+
+def synthetic_pairs(n: int) -> list[tuple[str, str]]:
+    """n distinct, well-formed pairs (letters only, so every share check passes)."""
+    words = ["".join(chr(97 + (i // 26**k) % 26) for k in range(3)) for i in range(n)]
+    return [(f"The dog {w} runs far.", f"Der Hund {w} rennt weit.") for w in words]
+
+
+def test_a_large_split_is_validated_in_chunks_as_one(tmp_path):
+    pairs = synthetic_pairs(2500)
+    pairs[2099] = pairs[9]  # a duplicate in the third chunk of a pair in the first
+    paths = corpus(tmp_path, pairs)
+    params = {"validate": {"chunk_rows": 1000, "language_sample": 0, "min_rows": 2600}}
+
+    with pytest.raises(ValidationFailed) as err:
+        validate.run(parse(params), paths)
+
+    pages = {p.name for p in (paths.validation_report / "validations").rglob("*.html")}
+    assert pages == {
+        "clean-train-rows-1-1000.html",
+        "clean-train-rows-1001-2000.html",
+        "clean-train-rows-2001-2500.html",
+        "clean-valid.html",
+        "clean-test.html",
+    }
+    train = metrics_of(paths)["splits"]["train"]
+    assert train["rows"] == 2500 and train["evaluated_expectations"] == 16
+    failures = {f["expectation"]: f for f in train["failed_critical"]}
+    assert set(failures) == {"expect_table_row_count_to_be_between", "expect_column_values_to_be_in_set"}
+    # The row count is the split's (not the last chunk's 500) against validate.min_rows.
+    count = failures["expect_table_row_count_to_be_between"]
+    assert count["observed_value"] == 2500 and count["kwargs"]["min_value"] == 2600
+    # The repeat is found across chunks, and reported as the split's row with its text.
+    duplicate = failures["expect_column_values_to_be_in_set"]
+    assert duplicate["column"] == "is_duplicate" and duplicate["unexpected_count"] == 1
+    assert [(r["origin"], r["line"], r["src"]) for r in duplicate["rows"]] == [("train.en", 2100, pairs[9][0])]
+    assert "train.en:2100 " in str(err.value)
+
+    # Without the repeat, and with a minimum the split meets, every chunk passes.
+    returned = validate.run(
+        parse({"validate": {**params["validate"], "min_rows": 2500}}), corpus(tmp_path, synthetic_pairs(2500))
+    )
+    assert returned["success"] is True
 
 
 def test_duplicates_only_warn_when_the_clean_stage_keeps_them(tmp_path):
@@ -106,7 +149,7 @@ def test_duplicates_only_warn_when_the_clean_stage_keeps_them(tmp_path):
 
     validate.run(parse({"clean": {"deduplicate": False}}), paths)
 
-    assert failed_columns(metrics_of(paths)["splits"]["train"], "failed_non_critical") == ["pair_hash"]
+    assert failed_columns(metrics_of(paths)["splits"]["train"], "failed_non_critical") == ["is_duplicate"]
 
 
 def test_overlong_row_fails_naming_the_column(tmp_path):
