@@ -515,3 +515,62 @@ def test_wmt14_reads_the_pair_in_the_configured_direction_at_one_recorded_revisi
     manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["revision"] == "0123abc" and manifest["dataset"] == "wmt/wmt14"
     assert manifest["splits"] == {"train": 5, "valid": 3, "newstest2014": 2}
+
+
+HUB_README = """---
+configs:
+- config_name: de-en
+  data_files:
+  - split: train
+    path: de-en/train-*
+  - split: validation
+    path: de-en/validation-*
+  - split: test
+    path: de-en/test-*
+dataset_info:
+- config_name: de-en
+  features:
+  - name: translation
+    dtype:
+      translation:
+        languages: [de, en]
+  splits:
+  - name: train
+    num_examples: 12
+  - name: validation
+    num_examples: 3
+  - name: test
+    num_examples: 2
+---
+"""
+
+
+def test_wmt14_streams_through_datasets_from_a_repository_laid_out_like_the_hubs(tmp_path, monkeypatch):
+    # The real `datasets.load_dataset(..., streaming=True)` path, on a local copy of the hub repository's layout
+    # (wmt/wmt14: Parquet shards per config and split, configs declared in README.md), since the hub is unreachable.
+    from datasets import Dataset, Features, Translation
+
+    mirror = tmp_path / "wmt14"
+    features = Features({"translation": Translation(languages=["de", "en"])})
+    sizes = {"train": 12, "validation": 3, "test": 2}
+    for split, size in sizes.items():
+        rows = [{"de": f"Satz {split} {i}", "en": f"sentence {split} {i}"} for i in range(size)]
+        (mirror / "de-en").mkdir(parents=True, exist_ok=True)
+        Dataset.from_dict({"translation": rows}, features=features).to_parquet(
+            mirror / "de-en" / f"{split}-00000-of-00001.parquet"
+        )
+    (mirror / "README.md").write_text(HUB_README, encoding="utf-8")
+    monkeypatch.setattr(download, "WMT14_DATASET", str(mirror))
+    monkeypatch.setattr(download, "_check_hub_reachable", lambda: None)
+    monkeypatch.setattr(download, "_resolve_revision", lambda revision: None)
+    paths = Paths(tmp_path / "project")
+
+    metrics = download.run(parse({"data": {"source": "wmt14", "max_train_pairs": 4}}), paths)
+
+    assert metrics == {"source": "wmt14", "train_pairs": 4, "valid_pairs": 3, "newstest2014_pairs": 2}
+    train = read_split(paths, "train")
+    # en -> de from the de-en config; 4 of the 12 the card states, spread evenly (every third row).
+    assert train["src"] == [f"sentence train {i}" for i in (2, 5, 8, 11)]
+    assert train["tgt"] == [f"Satz train {i}" for i in (2, 5, 8, 11)]
+    assert train["line"] == [3, 6, 9, 12] and set(train["origin"]) == {f"{mirror}:de-en:train"}
+    assert read_split(paths, "newstest2014")["src"] == ["sentence test 0", "sentence test 1"]
