@@ -26,7 +26,8 @@ import math
 import os
 import sys
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -118,6 +119,32 @@ def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     return {f: torch.from_numpy(getattr(batch, f)).to(device, non_blocking=True) for f in fields}
 
 
+def uniform_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+    """torch.nn.functional.dropout with the mask drawn as uniform >= p: the same Bernoulli(1 - p) keep mask and
+    1 / (1 - p) scaling, from the same generator, but on CPUs about 1.6x faster than PyTorch's bernoulli_ (5.5 ->
+    3.5 ms for a 2048 x 256 activation, 2 threads), which made dropout ~9% of a cpu-ref training step."""
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return torch.zeros_like(x)
+    return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
+
+
+@contextmanager
+def cpu_dropout(device: torch.device) -> Iterator[None]:
+    """On CPUs, transformers models call uniform_dropout for torch.nn.functional.dropout inside this block (they
+    call the function, not a module, so it is swapped for the training forward pass only)."""
+    if device.type != "cpu":
+        yield
+        return
+    original = F.dropout
+    F.dropout = uniform_dropout
+    try:
+        yield
+    finally:
+        F.dropout = original
+
+
 def seq2seq_loss(model: Any, inputs: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
     """Summed label-smoothed cross entropy over the real target tokens (labels are IGNORE_INDEX on padding)."""
     logits = model(
@@ -187,8 +214,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
         return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
 
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+    # Fused AdamW: one kernel per parameter group and step, on CPUs as on GPUs.
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9,
-                                  weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+                                  weight_decay=cfg.weight_decay, fused=device.type in ("cuda", "cpu"))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, cfg.warmup_steps))
     # Keep the <pad> embedding rows at zero (Marian/CTranslate2 decode from a zero start vector). A pretrained
     # checkpoint's rows are left as they were trained.
@@ -358,7 +386,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
                 # accumulate locally, so an update costs one all-reduce whatever update_freq is.
                 last_micro = m == len(micro_batches) - 1
                 with ddp_model.no_sync() if dist.world > 1 and not last_micro else nullcontext():
-                    with autocast():
+                    with autocast(), cpu_dropout(device):
                         loss_sum = seq2seq_loss(ddp_model, inputs, cfg.label_smoothing)
                     scaler.scale(loss_sum * scale).backward()
                 update_loss += loss_sum.detach()

@@ -293,3 +293,28 @@ def test_a_rank_that_dies_ends_the_job_non_zero_without_hanging(tokenized, tmp_p
     assert "rank 1 failed on purpose before update 3" in result.stderr
     assert "distributed training failed (torchrun exit code 1" in result.stderr
     assert not (tmp_path / "models" / "final").exists()
+
+
+def test_uniform_dropout_keeps_1_minus_p_of_the_values_scaled_and_is_swapped_in_only_on_cpus():
+    import torch
+    import torch.nn.functional as F
+
+    from stages.train.loop import cpu_dropout, uniform_dropout
+
+    x = torch.ones(1000, 1000, requires_grad=True)
+    torch.manual_seed(0)
+    y = uniform_dropout(x, p=0.2)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.8) < 0.003  # 1M draws: the standard error is 0.0004
+    assert torch.all(y[kept] == 1.25)
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # the gradient goes through the same mask and scale
+    assert uniform_dropout(x, p=0.2, training=False) is x and uniform_dropout(x, p=0.0) is x
+    assert torch.count_nonzero(uniform_dropout(x, p=1.0)) == 0
+
+    original = F.dropout
+    with cpu_dropout(torch.device("cpu")):
+        assert F.dropout is uniform_dropout
+    assert F.dropout is original
+    with cpu_dropout(torch.device("meta")):  # any other device keeps PyTorch's own
+        assert F.dropout is original
