@@ -15,13 +15,15 @@ stage's optional language filter); every other expectation sees every row. Faile
 example rows, whose text is then looked up in the split by row number.
 
 Why chunks: GX loads a batch into pandas whole, so one batch of the whole split made the stage's peak memory grow
-with the corpus (398 MB at 250k pairs, 534 MB at 1M: 4.5M would need about 1.1 GB); per chunk it stays flat. The
-cost is that `validate.mostly` applies within each chunk, and the minimum row count is checked on the last chunk
-as the rows the earlier chunks do not supply.
+with the corpus (398 MB at 250k pairs, 534 MB at 1M); and a data source's execution engine keeps every batch it
+loaded, so each chunk runs with a data source and checkpoint of its own, deleted after it ran (bench/data_prep.py:
+372 MB at 250k pairs, 424 MB at 1M, 527 MB at 4.5M, where one checkpoint over all chunks took 721 MB). The cost
+is that `validate.mostly` applies within each chunk, and the minimum row count is checked on the last chunk as
+the rows the earlier chunks do not supply.
 
-Each expectation carries `meta={"critical": bool}`. Every split (and every chunk of the training split) runs as
-its own validation definition in one checkpoint, so the Data Docs site (written to `reports/validation/`) shows
-them all; `metrics/validation.json` summarises the same results, the training chunks merged into one summary.
+Each expectation carries `meta={"critical": bool}`. Every split (and every chunk of the training split) is a
+validation definition of its own, each page added to one Data Docs site (written to `reports/validation/`);
+`metrics/validation.json` summarises the same results, the training chunks merged into one summary.
 Both are written before a failed critical expectation raises `ValidationFailed`, so the report is there to
 inspect. Great Expectations and pandas are imported inside functions: importing GX alone takes seconds.
 """
