@@ -27,7 +27,7 @@ from pipeline.artifacts import Paths, atomic_path, test_splits, write_json
 from pipeline.corpus import read_pairs
 from pipeline.errors import MissingArtifact
 from pipeline.params import EvaluateParams, Params
-from pipeline.translate import token_batches
+from pipeline.translate import pad_batch, token_batches
 
 log = logging.getLogger("mtpipe.evaluate")
 
@@ -81,14 +81,12 @@ def translate(
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     progress = tqdm(total=len(sentences), desc="translate", unit="sent", mininterval=2, disable=not progress_bar)
     for batch in token_batches([len(e) for e in encoded], cfg.max_tokens // max(cfg.beam, 1)):
-        ids = [encoded[i] for i in batch]
-        longest = max(len(x) for x in ids)
-        limits = [max_new_tokens(cfg, len(x), max_positions) for x in ids]
-        input_ids = torch.tensor([x + [pad] * (longest - len(x)) for x in ids])
+        ids, mask = pad_batch([encoded[i] for i in batch], pad)
+        limits = [max_new_tokens(cfg, len(encoded[i]), max_positions) for i in batch]
         with torch.inference_mode():
             out = model.generate(
-                input_ids=input_ids,
-                attention_mask=(input_ids != pad).long(),
+                input_ids=torch.from_numpy(ids),
+                attention_mask=torch.from_numpy(mask),
                 num_beams=cfg.beam,
                 length_penalty=cfg.length_penalty,
                 # max_length counts the decoder start token; it overrides the model's own default.

@@ -35,6 +35,7 @@ import math
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,8 +244,8 @@ def write_derived(train_file: Path, work: Path, params: Params) -> tuple[list[Ch
         except ValueError as err:
             raise ValidationFailed(f"language check: {err}") from None
     chunks = chunk_files(work, rows, vp.chunk_rows)
-    writers = [pq.ParquetWriter(chunk.path, DERIVED_FILE_SCHEMA) for chunk in chunks]
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(2) as pool, ExitStack() as files:
+        writers = [files.enter_context(pq.ParquetWriter(chunk.path, DERIVED_FILE_SCHEMA)) for chunk in chunks]
         measures = Measures(params, pool, sample, detector)
         first_row = 0
         for batch in iter_pair_batches(train_file):
@@ -255,8 +256,6 @@ def write_derived(train_file: Path, work: Path, params: Params) -> tuple[list[Ch
                 b = min(chunks[i].first_row + chunks[i].rows, first_row + len(batch)) - first_row
                 writers[i].write_batch(derived.slice(a, b - a))
             first_row += len(batch)
-    for writer in writers:
-        writer.close()
     # The detector's model (~110 MB) and the hash set are not needed while GX holds a chunk: hand them back first.
     del measures, detector
     forget_language_model()
@@ -280,14 +279,13 @@ def fetch_rows(path: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], 
 # --- the suites ------------------------------------------------------------------------------------------
 
 
-def train_expectations(params: Params, min_rows: int | None = None) -> list[Any]:
-    """The suite of the training split's derived columns; `min_rows` (default validate.min_rows) is what the
-    row count is checked against (a chunk's share of the minimum)."""
+def train_expectations(params: Params, min_rows: int) -> list[Any]:
+    """The suite of a chunk of the training split's derived columns; `min_rows` is what its row count is checked
+    against (the chunk's share of validate.min_rows, see train_batch)."""
     import great_expectations as gx
 
     ex, clean, vp, mostly = gx.expectations, params.clean, params.validate_, params.validate_.mostly
     critical, warning = {"critical": True}, {"critical": False}
-    min_rows = vp.min_rows if min_rows is None else min_rows
     expectations = [ex.ExpectTableRowCountToBeBetween(min_value=min_rows, meta=critical)]
     # Not null: the length of a null side is null.
     expectations += [ex.ExpectColumnValuesToNotBeNull(column=f"{side}_chars", meta=critical) for side in ("src", "tgt")]
@@ -646,8 +644,9 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         "train": results[: len(chunks)],
         **{s: [r] for s, r in zip(heldout, results[len(chunks) :], strict=True)},
     }
-    per_split = {split: summarise(rows[split], by_split[split]) for split in inputs}
-    per_split["train"] = summarise(rows["train"], by_split["train"], params.validate_.min_rows)
+    # The chunks' row counts are merged into the split's, checked against validate.min_rows.
+    min_rows = {"train": params.validate_.min_rows}
+    per_split = {split: summarise(rows[split], by_split[split], min_rows.get(split)) for split in inputs}
     add_example_text(inputs["train"], per_split["train"])
     per_split["train"].update(sample)
     failed = [(s, f) for s, summary in per_split.items() for f in summary["failed_critical"]]

@@ -6,7 +6,8 @@ Scored with sacreBLEU's defaults (13a, cased), as the evaluate stage scores; but
 detokenized SentencePiece pieces (normalised text) and the search is greedy, so the figure is a training
 signal that tracks, not equals, the evaluate stage's beam-search BLEU on the original text.
 `stages.evaluate.translate`/`score` are not reused: importing that module pulls in the Parquet readers, and
-its `translate` re-tokenizes text that is already encoded here.
+its `translate` re-tokenizes text that is already encoded here; the batching by tokens is the shared one
+(`pipeline.translate`, numpy only).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.translate import pad_batch, token_batches
 from stages.train.batching import Collator
 
 log = logging.getLogger("mtpipe.train")
@@ -40,43 +42,29 @@ class ValidBleu:
         self.bleu = BLEU()
         n = len(valid.src)
         pick = np.random.default_rng(seed).choice(n, size=min(sentences, n), replace=False)
-        sources = [valid.clip(valid.src[i]) for i in pick]
-        # Sorted by length: batches of similar lengths decode with little padding.
-        order = np.argsort([len(s) for s in sources], kind="stable")
-        self.sources = [sources[i] for i in order]
-        self.refs = self.tokenizer.batch_decode([valid.tgt[pick[i]].tolist() for i in order],
-                                                skip_special_tokens=True)
+        self.sources = [valid.clip(valid.src[i]) for i in pick]
+        self.refs = self.tokenizer.batch_decode([valid.tgt[i].tolist() for i in pick], skip_special_tokens=True)
         self.pad_id, self.max_tokens = valid.pad_id, max_tokens
         self.enabled = True
 
     def __call__(self, model: Any, device: Any, autocast: Callable[[], AbstractContextManager]) -> float:
         import torch
 
-        hyps: list[str] = []
-        start = 0
+        hyps = [""] * len(self.sources)
         was_training = model.training
         model.eval()
-        while start < len(self.sources):
-            # Grow the batch while (rows x longest source) stays within max_tokens.
-            end = start + 1
-            while end < len(self.sources) and (end + 1 - start) * len(self.sources[end]) <= self.max_tokens:
-                end += 1
-            rows = self.sources[start:end]
-            longest = max(len(r) for r in rows)
-            ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
-            for i, r in enumerate(rows):
-                ids[i, : len(r)] = r
-            input_ids = torch.from_numpy(ids).to(device)
+        for batch in token_batches([len(s) for s in self.sources], self.max_tokens):
+            ids, mask = pad_batch([self.sources[i] for i in batch], self.pad_id)
             with torch.inference_mode(), autocast():
                 out = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=(input_ids != self.pad_id).long(),
+                    input_ids=torch.from_numpy(ids).to(device),
+                    attention_mask=torch.from_numpy(mask).to(device),
                     num_beams=1,
                     do_sample=False,
                     # The evaluate stage's default length limit (1.2 x source + 10), + 1 for the start token.
-                    max_length=int(1.2 * longest + 10) + 1,
+                    max_length=int(1.2 * ids.shape[1] + 10) + 1,
                 )
-            hyps += self.tokenizer.batch_decode(out, skip_special_tokens=True)
-            start = end
+            for i, text in zip(batch, self.tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
+                hyps[i] = text
         model.train(was_training)
         return float(self.bleu.corpus_score(hyps, [self.refs]).score)
