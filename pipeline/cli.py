@@ -129,7 +129,8 @@ def _add_translate_parser(sub: argparse._SubParsersAction) -> None:
     tr_p.add_argument("--beam", type=int, default=None, help="beam size; 1 is greedy (default: the export's)")
     tr_p.add_argument("--length-penalty", type=float, default=None, help="default: the export's")
     tr_p.add_argument("--int8", action="store_true", help="use the int8 graphs (export.int8: true)")
-    tr_p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads (default: %(default)s)")
+    tr_p.add_argument("--threads", type=int, default=2,
+                      help="batches decoded at once, one CPU thread each (default: %(default)s)")
     tr_p.add_argument(
         "--max-tokens",
         type=int,

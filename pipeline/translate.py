@@ -10,7 +10,8 @@ beams of sentence s at rows s * beam ... s * beam + beam - 1):
     encoder.onnx  input_ids, attention_mask (batch, src_len) int64
                   -> last_hidden_state (batch, src_len, d_model), cross_key_0, cross_value_0, ... (batch rows)
     decoder.onnx  decoder_input_ids (rows, new_len), encoder_attention_mask (batch, src_len),
-                  self_key_0, self_value_0, ... (rows, past_len long), cross_key_0, cross_value_0, ... (batch rows)
+                  cache_rows (rows): the row of the given self cache each row continues from,
+                  self_key_0, self_value_0, ... (past_rows, past_len long), cross_key_0, cross_value_0, ... (batch rows)
                   -> logits (rows, new_len, vocab),
                      next_log_probs, next_ids (rows, candidates): the best next tokens after the last position,
                         best first, with their log-softmax (<pad> may be among them: the search drops it),
@@ -20,7 +21,9 @@ The encoder also projects its states into every decoder layer's cross-attention 
 sentence, and they stay one per sentence (a sentence's beams attend to them together). The decoder takes the
 self-attention keys and values of the tokens decoded so far and returns them extended by the new ones, so a
 decoding step feeds one token per row and costs O(length), not the whole prefix again; the first step passes an
-empty (past_len 0) cache. Beam search only needs each row's 2 x beam + 1 best next tokens (see
+empty (past_len 0) cache. The search never copies a cache: it passes the previous step's `present_*` back as they
+came out, with `cache_rows` saying which row each hypothesis continues from (beams reordered, finished sentences
+dropped), and the graph gathers them on the way in. Beam search only needs each row's 2 x beam + 1 best next tokens (see
 candidates_for_beam), which the graph returns for the beam it was exported for (ONNX Runtime's TopK is much faster
 than numpy over the vocabulary); searching asks for those and the caches only, so the full logits are neither
 copied out nor sorted. A wider beam takes its candidates from the logits, with the same result.
@@ -45,6 +48,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -57,7 +61,7 @@ log = logging.getLogger("mtpipe.translate")
 
 MANIFEST = "export.json"
 ENCODER_INPUTS = ("input_ids", "attention_mask")
-DECODER_FIRST_INPUTS = ("decoder_input_ids", "encoder_attention_mask")
+DECODER_FIRST_INPUTS = ("decoder_input_ids", "encoder_attention_mask", "cache_rows")
 DECODER_FIRST_OUTPUTS = ("logits", "next_log_probs", "next_ids")
 ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -232,10 +236,15 @@ class OnnxSeq2Seq:
         self_cache: Cache,
         cross_cache: Cache,
         logits: bool = True,
+        cache_rows: np.ndarray | None = None,
     ) -> DecoderStep:
-        """One decoder pass. logits=False skips copying out the (batch, new_len, vocab) logits: the search needs
-        only the next-token candidates and the cache."""
+        """One decoder pass. cache_rows: the self_cache row each row continues from (default: row i from row i).
+        logits=False skips the (rows, new_len, vocab) logits: the search needs only the next-token candidates and
+        the cache, and ONNX Runtime then projects the last position only."""
+        if cache_rows is None:
+            cache_rows = np.arange(len(decoder_input_ids), dtype=np.int64)
         feeds = {"decoder_input_ids": decoder_input_ids, "encoder_attention_mask": encoder_attention_mask,
+                 "cache_rows": cache_rows,
                  **dict(zip(self.self_cache_names, self_cache, strict=True)),
                  **dict(zip(self.cross_cache_names, cross_cache, strict=True))}
         if logits:
@@ -291,10 +300,12 @@ def beam_search(
     """
     batch = input_ids.shape[0]
     # The cross cache and mask have a row per sentence; the self cache a row per hypothesis, sentence * beam + b.
-    # Reordering beams moves them within their sentence, so only the self cache is ever reordered.
+    # Reordering beams moves them within their sentence, so only the self cache is ever reordered: by the decoder,
+    # which reads row cache_rows[r] of the cache it is given for hypothesis r.
     _, cross_cache = model.encode(input_ids, attention_mask)
     encoder_mask = attention_mask
     self_cache = model.empty_cache(batch * beam)
+    cache_rows = np.arange(batch * beam, dtype=np.int64)
 
     sentence = np.arange(batch)  # which input sentence each active slot holds
     limit = np.asarray(max_new_tokens, dtype=np.int64).reshape(batch)
@@ -312,7 +323,8 @@ def beam_search(
     step = 0
     while sentence.size:
         active = sentence.size
-        out = model.decode(last[:, None], encoder_mask, self_cache, cross_cache, logits=needs_logits)
+        out = model.decode(last[:, None], encoder_mask, self_cache, cross_cache, logits=needs_logits,
+                           cache_rows=cache_rows)
         log_probs, token_ids = _next_token_candidates(out, keep_candidates, ids.pad)
         forced = step + 1 >= limit  # this step produces the sentence's last allowed token: only </s>
         if forced.any():
@@ -344,8 +356,8 @@ def beam_search(
         new_tokens = np.take_along_axis(token, survivors, axis=1)
         tokens = np.concatenate([tokens[np.arange(active)[:, None], parent], new_tokens[:, :, None]], axis=2)
         # Each surviving row continues from its parent's cache.
-        rows = (np.arange(active)[:, None] * beam + parent).reshape(-1)
-        self_cache = [c[rows] for c in out.self_cache]
+        cache_rows = (np.arange(active)[:, None] * beam + parent).reshape(-1)
+        self_cache = out.self_cache
         last = new_tokens.reshape(-1)
         step += 1
 
@@ -361,8 +373,7 @@ def beam_search(
             keep = ~done
             keep_rows = np.repeat(keep, beam)
             sentence, limit, scores, tokens = sentence[keep], limit[keep], scores[keep], tokens[keep]
-            last, encoder_mask = last[keep_rows], encoder_mask[keep]
-            self_cache = [c[keep_rows] for c in self_cache]
+            last, encoder_mask, cache_rows = last[keep_rows], encoder_mask[keep], cache_rows[keep_rows]
             cross_cache = [c[keep] for c in cross_cache]
     return best
 
@@ -409,6 +420,11 @@ class Translator:
 
     Empty (or blank) lines give empty lines. A line longer than the model's positions (or `max_input_tokens`) is
     truncated to its first tokens, with a warning naming the line.
+
+    `threads` batches are decoded at once, each on one ONNX Runtime thread, as CTranslate2's `inter_threads`: on a
+    model this small most graph ops take microseconds, and splitting each of them over threads costs more in
+    synchronisation than it saves (bench/decode.py measures both). The sessions are shared: ONNX Runtime runs
+    concurrent calls, and the numpy search between them is short.
     """
 
     def __init__(
@@ -435,7 +451,10 @@ class Translator:
             if not (self.model_dir / name).is_file():
                 raise ExportDirError(f"{self.model_dir / name} not found (listed in {MANIFEST})")
         self.tokenizer = MarianSentencePiece(self.model_dir)
-        self.model = OnnxSeq2Seq(self.model_dir / files["encoder"], self.model_dir / files["decoder"], threads)
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        self.threads = threads
+        self.model = OnnxSeq2Seq(self.model_dir / files["encoder"], self.model_dir / files["decoder"], threads=1)
         self.ids = SpecialIds(
             start=self.manifest["decoder_start_id"], eos=self.manifest["eos_id"], pad=self.manifest["pad_id"]
         )
@@ -470,15 +489,29 @@ class Translator:
 
     def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 4,
                       length_penalty: float | None = None) -> list[list[int]]:
-        """Hypothesis ids (with </s>) per source, in input order, batched by tokens."""
+        """Hypothesis ids (with </s>) per source, in input order, batched by tokens; `threads` batches at once."""
         penalty = self.length_penalty if length_penalty is None else length_penalty
-        out: list[list[int]] = [[] for _ in sources]
-        for batch in token_batches([len(s) for s in sources], max(self.max_tokens // beam, 1)):
+        budget = max(self.max_tokens // beam, 1)
+        if self.threads > 1:  # small inputs too are split so that every thread has a batch
+            budget = min(budget, max(sum(len(s) for s in sources) // self.threads, 1))
+        batches = token_batches([len(s) for s in sources], budget)
+        # The longest-running batches start first, so the last ones to start are short and threads finish together.
+        batches.sort(key=lambda batch: len(batch) * len(sources[batch[-1]]), reverse=True)
+
+        def search(batch: list[int]) -> list[list[int]]:
             rows = [sources[i] for i in batch]
             input_ids, attention_mask = pad_batch(rows, self.ids.pad)
             limits = [self.max_new_tokens(len(r)) for r in rows]
-            hyps = beam_search(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
+            return beam_search(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
                                ids=self.ids, length_penalty=penalty)
+
+        out: list[list[int]] = [[] for _ in sources]
+        if self.threads == 1 or len(batches) == 1:
+            results = map(search, batches)
+        else:
+            with ThreadPoolExecutor(self.threads) as pool:
+                results = list(pool.map(search, batches))
+        for batch, hyps in zip(batches, results, strict=True):
             for i, hyp in zip(batch, hyps, strict=True):
                 out[i] = hyp
         return out

@@ -89,7 +89,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
 ORT_THREADS = 2
 # Parity sentences are run in batches of this many (padded), which bounds the teacher-forced logits' memory.
 PARITY_BATCH = 16
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 
 
 # --------------------------------------------------------------------------------------------------- wrappers
@@ -201,14 +201,23 @@ def _wrapper_classes() -> dict[str, type]:
             self.embed_scale = decoder.embed_scale
             self.embed_positions = decoder.embed_positions
             self.layers = decoder.layers
-            self.lm_head = model.lm_head
+            # The output projection as its own (d_model, vocab) weight, not the embedding matrix it is tied to:
+            # a weight used by Gather and, transposed, by MatMul is not quantised for the MatMul (the int8 graph
+            # would dequantise the whole matrix at every step), and the MatMul gets it in the layout it reads.
+            self.output_projection = nn.Parameter(model.lm_head.weight.detach().t().contiguous(), requires_grad=False)
             self.register_buffer("final_logits_bias", model.final_logits_bias.detach().clone())
             self.head_dim = model.config.d_model // model.config.decoder_attention_heads
 
         def forward(
-            self, decoder_input_ids: Any, encoder_attention_mask: Any, self_cache: list[Any], cross_cache: list[Any]
+            self,
+            decoder_input_ids: Any,
+            encoder_attention_mask: Any,
+            cache_rows: Any,
+            self_cache: list[Any],
+            cross_cache: list[Any],
         ) -> tuple[Any, ...]:
-            """self_cache/cross_cache: [key_0, value_0, key_1, ...] -> logits, next_log_probs, next_ids, *present."""
+            """cache_rows: (rows,) the row of self_cache each row continues from (a beam search's reordering);
+            self_cache/cross_cache: [key_0, value_0, key_1, ...] -> logits, next_log_probs, next_ids, *present."""
             past_len, new_len = self_cache[0].shape[2], decoder_input_ids.shape[1]
             positions = torch.arange(new_len, device=decoder_input_ids.device) + past_len
             hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
@@ -223,9 +232,9 @@ def _wrapper_classes() -> dict[str, type]:
             present = []
             for i, layer in enumerate(self.layers):
                 attention = layer.self_attn
-                keys = torch.cat([self_cache[2 * i], split_heads(attention.k_proj(hidden), self.head_dim)], dim=2)
-                values = torch.cat([self_cache[2 * i + 1], split_heads(attention.v_proj(hidden), self.head_dim)],
-                                   dim=2)
+                past_keys, past_values = (self_cache[2 * i + j].index_select(0, cache_rows) for j in (0, 1))
+                keys = torch.cat([past_keys, split_heads(attention.k_proj(hidden), self.head_dim)], dim=2)
+                values = torch.cat([past_values, split_heads(attention.v_proj(hidden), self.head_dim)], dim=2)
                 present += [keys, values]
                 hidden = layer.self_attn_layer_norm(
                     hidden + attend(attention, hidden, keys, values, self_bias, self.head_dim)
@@ -235,9 +244,12 @@ def _wrapper_classes() -> dict[str, type]:
                                                 cross_cache[2 * i + 1], cross_bias, self.head_dim)
                 )
                 hidden = layer.final_layer_norm(hidden + layer.fc2(layer.activation_fn(layer.fc1(hidden))))
-            logits = self.lm_head(hidden) + self.final_logits_bias
+            logits = torch.matmul(hidden, self.output_projection) + self.final_logits_bias
             # The scores transformers' beam search uses: log-softmax over the whole vocabulary (<pad> included).
-            next_log_probs, next_ids = torch.topk(torch.log_softmax(logits[:, -1, :], dim=-1), self.candidates, dim=-1)
+            # Ranked at every position and the last one's kept: a search step feeds one position, and picking it
+            # out of the logits first would copy them (ONNX Gather) at every step.
+            next_log_probs, next_ids = torch.topk(torch.log_softmax(logits, dim=-1), self.candidates, dim=-1)
+            next_log_probs, next_ids = next_log_probs[:, -1], next_ids[:, -1]
             return (logits, next_log_probs, next_ids, *present)
 
     return {
@@ -345,19 +357,22 @@ def export_onnx(model: Any, example: dict, out: Path, opset: int, beam: int) -> 
     max_positions = model.config.max_position_embeddings
     batch = torch.export.Dim("batch")  # sentences
     rows = torch.export.Dim("rows")  # hypotheses: sentences x beams
+    past_rows = torch.export.Dim("past_rows")  # rows of the cache the hypotheses continue from
     src_len = torch.export.Dim("src_len", max=max_positions)
     past_len = torch.export.Dim("past_len", max=max_positions)
     new_len = torch.export.Dim("new_len", max=max_positions)
     with torch.no_grad():
         _, *cross_cache = encoder(example["input_ids"], example["attention_mask"])
-    # 2 sentences x 3 beams, a cache of 3 tokens for 2 new ones: no dim is 0 or 1, which torch.export would
-    # specialise, and rows differ from sentences. Every cache tensor must be a distinct object: the exporter merges
+    # 2 sentences x 3 beams continuing from a cache of 4 rows (2 sentences x 2 beams, as after a step that dropped
+    # a sentence), 3 tokens long, for 2 new tokens: no dim is 0 or 1, which torch.export would specialise, and
+    # rows, cache rows and sentences differ. Every cache tensor must be a distinct object: the exporter merges
     # inputs that are the same tensor into one graph input.
     generator = torch.Generator().manual_seed(0)
     sentences, heads, _, head_dim = cross_cache[0].shape
     group = 3
     decoder_input_ids = example["decoder_input_ids"][:, :2].repeat_interleave(group, dim=0)
-    self_cache = [torch.randn(sentences * group, heads, 3, head_dim, generator=generator) for _ in range(2 * layers)]
+    cache_rows = torch.tensor([0, 1, 1, 2, 3, 3])
+    self_cache = [torch.randn(4, heads, 3, head_dim, generator=generator) for _ in range(2 * layers)]
     jobs = {
         "encoder": (
             encoder,
@@ -368,13 +383,14 @@ def export_onnx(model: Any, example: dict, out: Path, opset: int, beam: int) -> 
         ),
         "decoder": (
             decoder,
-            (decoder_input_ids, example["attention_mask"], self_cache, cross_cache),
+            (decoder_input_ids, example["attention_mask"], cache_rows, self_cache, cross_cache),
             decoder_inputs(layers),
             decoder_outputs(layers),
             {
                 "decoder_input_ids": {0: rows, 1: new_len},
                 "encoder_attention_mask": {0: batch, 1: src_len},
-                "self_cache": [{0: rows, 2: past_len}] * (2 * layers),
+                "cache_rows": {0: rows},
+                "self_cache": [{0: past_rows, 2: past_len}] * (2 * layers),
                 "cross_cache": [{0: batch, 2: src_len}] * (2 * layers),
             },
         ),
@@ -412,7 +428,8 @@ def quantize_int8(out: Path) -> float:
         # The quantiser logs every skipped node, and a hint about image-model pre-processing, on the root logger.
         logging.disable(logging.WARNING)
         try:
-            quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8)
+            quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul"])
         finally:
             logging.disable(logging.NOTSET)
     return round(time.perf_counter() - start, 2)

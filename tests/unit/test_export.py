@@ -75,8 +75,8 @@ def test_the_decoder_takes_and_returns_a_kv_cache_and_every_batch_and_length_dim
     assert [i.name for i in encoder.input] == ["input_ids", "attention_mask"]
     assert [o.name for o in encoder.output] == ["last_hidden_state", *cross]
     assert [i.name for i in decoder.input] == [
-        "decoder_input_ids", "encoder_attention_mask", "self_key_0", "self_value_0", "self_key_1", "self_value_1",
-        *cross,
+        "decoder_input_ids", "encoder_attention_mask", "cache_rows",
+        "self_key_0", "self_value_0", "self_key_1", "self_value_1", *cross,
     ]
     assert [o.name for o in decoder.output] == [
         "logits", "next_log_probs", "next_ids",
@@ -84,10 +84,13 @@ def test_the_decoder_takes_and_returns_a_kv_cache_and_every_batch_and_length_dim
     ]
     inputs = {i.name: dims(i) for i in decoder.input}
     outputs = {o.name: dims(o) for o in decoder.output}
-    # rows: hypotheses (sentences x beams); batch: sentences, which the cross cache is kept per.
+    # rows: hypotheses (sentences x beams); batch: sentences, which the cross cache is kept per; past_rows: the
+    # hypotheses of the step before, which cache_rows picks from.
     assert inputs["decoder_input_ids"] == ["rows", "new_len"]
     assert inputs["encoder_attention_mask"] == ["batch", "src_len"]
-    assert inputs["self_key_1"] == inputs["self_value_0"] == ["rows", 4, "past_len", 16]
+    assert inputs["cache_rows"] == ["rows"]
+    assert inputs["self_key_1"] == inputs["self_value_0"] == ["past_rows", 4, "past_len", 16]
+    assert outputs["present_self_key_1"][0] == "rows"
     assert inputs["cross_key_0"] == inputs["cross_value_1"] == ["batch", 4, "src_len", 16]
     assert outputs["present_self_key_0"][2] in ("past_len + new_len", "new_len + past_len")
     # Candidates for the configured beam (evaluate.beam 4): 2 x 4 + 1.
@@ -115,12 +118,13 @@ def test_the_cached_decoder_module_reproduces_the_model_forward_at_once_and_toke
         reference = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_ids).logits
         hidden, *cross = encoder(ids, mask)
         assert torch.equal(hidden, model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state)
-        logits, next_log_probs, next_ids, *present = decoder(dec_ids, mask, export.empty_cache(model, 2), cross)
+        rows = torch.arange(2)
+        logits, next_log_probs, next_ids, *present = decoder(dec_ids, mask, rows, export.empty_cache(model, 2), cross)
         assert (logits - reference).abs().max() <= 1e-5
         assert [tuple(c.shape) for c in present] == [(2, 4, 5, 16)] * 4
         cache, steps = export.empty_cache(model, 2), []
         for t in range(dec_ids.shape[1]):
-            step_logits, _, _, *cache = decoder(dec_ids[:, t : t + 1], mask, cache, cross)
+            step_logits, _, _, *cache = decoder(dec_ids[:, t : t + 1], mask, rows, cache, cross)
             steps.append(step_logits)
     assert (torch.cat(steps, dim=1) - reference).abs().max() <= 1e-5
     expected = expected_candidates(reference, 9)
@@ -165,6 +169,13 @@ def test_onnx_graphs_accept_other_batch_sizes_beams_lengths_and_cache_lengths_th
         expected = expected_candidates(reference, 9)
         assert np.array_equal(out.next_ids, expected.indices.numpy())
         assert np.abs(out.next_log_probs - expected.values.numpy()).max() <= limit
+        # Rows read the cache row cache_rows names: a shuffled cache, read back in order, gives the same step.
+        if past_len:
+            shuffle = rng.permutation(rows)
+            shuffled = ort.decode(prefix[:, past_len:], mask, [c[shuffle] for c in cache], cross,
+                                  cache_rows=np.argsort(shuffle))
+            assert np.array_equal(shuffled.next_ids, out.next_ids)
+            assert np.abs(shuffled.logits - out.logits).max() <= 1e-6
         # The search asks for the candidates and the cache only.
         search = ort.decode(prefix[:, past_len:], mask, cache, cross, logits=False)
         assert search.logits is None and np.array_equal(search.next_ids, out.next_ids)
@@ -241,7 +252,7 @@ def test_export_dir_is_self_contained_with_tokenizer_config_and_manifest(exporte
     assert manifest["files"]["onnx"] == {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
     assert manifest["files"]["onnx_int8"] == {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
     assert manifest["files"]["torchscript"] == {"encoder": "encoder.ts.pt", "decoder": "decoder.ts.pt"}
-    assert manifest["inputs"]["onnx"]["decoder"][2:4] == ["self_key_0", "self_value_0"]
+    assert manifest["inputs"]["onnx"]["decoder"][2:5] == ["cache_rows", "self_key_0", "self_value_0"]
     assert manifest["next_token_candidates"] == 9
     assert manifest["opset"] == export_params().export.opset
     assert manifest["vocab_size"] == config.vocab_size == len(tokenizer)

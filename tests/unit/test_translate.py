@@ -133,9 +133,11 @@ def test_each_decoding_step_feeds_one_token_per_row_against_a_cache_one_token_lo
         def __init__(self, inner):
             self.__dict__.update(inner.__dict__)
 
-        def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
+        def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True,
+                   cache_rows=None):
             calls.append((decoder_input_ids.shape, self_cache[0].shape[2], cross_cache[0].shape[0], logits))
-            return super().decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits)
+            return super().decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits,
+                                  cache_rows)
 
     sources = [translator.tokenizer.encode(s) for s in SENTENCES]
     input_ids, attention_mask = pad_batch(sources, translator.ids.pad)
@@ -159,8 +161,10 @@ def test_the_decoders_candidates_give_the_search_the_same_result_as_the_logits(t
         def __init__(self, inner):
             self.__dict__.update(inner.__dict__)
 
-        def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
-            out = super().decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True)
+        def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True,
+                   cache_rows=None):
+            out = super().decode(decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True,
+                                 cache_rows=cache_rows)
             return dataclasses.replace(out, next_log_probs=None, next_ids=None)
 
     sources = [translator.tokenizer.encode(s) for s in SENTENCES]
@@ -182,8 +186,11 @@ def test_line_order_is_kept_and_a_translation_does_not_depend_on_its_batch(expor
     together = translator.translate(lines, beam=2)
     # A small token budget splits the input into many batches of different sentences.
     small_batches = Translator(export_dir, max_tokens=40).translate(lines, beam=2)
+    # One thread decoding the batches one after another, and three decoding them at once.
+    one_thread = Translator(export_dir, max_tokens=40, threads=1).translate(lines, beam=2)
+    three_threads = Translator(export_dir, max_tokens=40, threads=3).translate(lines, beam=2)
     alone = [translator.translate([line], beam=2)[0] for line in lines]
-    assert together == small_batches == alone
+    assert together == small_batches == one_thread == three_threads == alone
     assert together[1] == together[-1]
     assert len(set(together)) > 1
 
@@ -278,8 +285,11 @@ class ScriptedModel:
     def empty_cache(self, rows):
         return [np.zeros((rows, 1, 0, 1), dtype=np.float32) for _ in range(2)]
 
-    def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True):
-        fed = np.concatenate([self_cache[0], decoder_input_ids[:, None, :, None].astype(np.float32)], axis=2)
+    def decode(self, decoder_input_ids, encoder_attention_mask, self_cache, cross_cache, logits=True,
+               cache_rows=None):
+        # As the graph does: row r continues from row cache_rows[r] of the cache it is given.
+        past = self_cache[0] if cache_rows is None else self_cache[0][cache_rows]
+        fed = np.concatenate([past, decoder_input_ids[:, None, :, None].astype(np.float32)], axis=2)
         rows, group = len(decoder_input_ids), len(decoder_input_ids) // len(cross_cache[0])
         scores = np.full((rows, 1, VOCAB), -30.0, dtype=np.float32)
         for row in range(rows):
