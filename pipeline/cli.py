@@ -149,6 +149,8 @@ def translate(args: argparse.Namespace) -> int:
     try:
         if args.beam is not None and args.beam < 1:
             raise PipelineError(f"--beam must be at least 1, got {args.beam}")
+        if args.threads < 1:
+            raise PipelineError(f"--threads must be at least 1, got {args.threads}")
         lines = read_lines(sys.stdin.buffer)
         translator = Translator(args.model, int8=args.int8, threads=args.threads, max_tokens=args.max_tokens)
         beam = args.beam or translator.manifest.get("generation", {}).get("beam", 4)

@@ -4,16 +4,18 @@ gated by a parity check against PyTorch.
 ONNX (`export.onnx`), the format `mtpipe translate` runs (see pipeline/translate.py for the runtime):
 
     encoder.onnx  input_ids, attention_mask -> last_hidden_state, cross_key_0, cross_value_0, ...
-    decoder.onnx  decoder_input_ids, encoder_attention_mask, self_key_0, self_value_0, ..., cross_key_0, ...
-                  -> logits, next_log_probs, next_ids, present_self_key_0, present_self_value_0, ...
+    decoder.onnx  decoder_input_ids, encoder_attention_mask, cache_rows, self_key_0, self_value_0, ...,
+                  cross_key_0, ... -> logits, next_log_probs, next_ids, present_self_key_0, present_self_value_0, ...
 
 Caches are one (rows, heads, length, head_dim) tensor per layer and kind: stacking them would make the graph split
 and re-stack the whole cache at every step. The encoder computes every decoder layer's cross-attention keys and
 values once per sentence, and they stay per sentence: the decoder's rows are sentences x beams, and a sentence's
 beams attend to its keys together. The decoder appends the new tokens' self-attention keys and values to the ones
-it is given, so a step costs O(length) instead of re-running the prefix. It also returns each row's best
-2 x evaluate.beam + 1 next tokens with their log-softmax (what a beam of that width needs), so beam search does not
-sort the vocabulary in numpy; a wider beam at translation time takes them from the logits instead, more slowly.
+it is given, so a step costs O(length) instead of re-running the prefix; `cache_rows` names the row of the given
+cache each row continues from, so beam search reorders hypotheses without copying caches itself. It also returns
+each row's best 2 x evaluate.beam + 1 next tokens with their log-softmax (what a beam of that width needs), so beam
+search does not sort the vocabulary in numpy; a wider beam at translation time takes them from the logits instead,
+more slowly.
 
 The cached decoder is a small module written here over the model's own layers (projections, layer norms,
 feed-forward), not transformers' Cache objects (whose argument was renamed from `past_key_values` to `cache` in
@@ -21,11 +23,12 @@ transformers 5): its inputs and outputs are plain tensors, which exports cleanly
 Sentences, rows, source length, cache length and new-token length are all dynamic
 (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`).
 
-Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (onnxruntime dynamic quantisation of the
-weights); `export.torchscript` traces the encoder and an uncached decoder (legacy: torch deprecates TorchScript);
-`export.ctranslate2` converts the model to a CTranslate2 directory (`pip install mtpipe[ct2]`). `models/export`
-also gets the tokenizer files, config.json, generation_config.json and an `export.json` manifest, so it is
-self-contained.
+Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (onnxruntime dynamic quantisation: every
+MatMul with a weight, the output projection included, runs in int8 with activations quantised per call; the
+embedding lookups stay fp32); `export.torchscript` traces the encoder and an uncached decoder (legacy: torch
+deprecates TorchScript); `export.ctranslate2` converts the model to a CTranslate2 directory
+(`pip install mtpipe[ct2]`). `models/export` also gets the tokenizer files, config.json, generation_config.json and
+an `export.json` manifest, so it is self-contained.
 
 The parity gate runs on the first `export.parity_sentences` pairs of the first test split, against the model as
 PyTorch runs it, and fails the stage (`ParityFailed`, nothing published) unless
@@ -419,7 +422,9 @@ def export_onnx(model: Any, example: dict, out: Path, opset: int, beam: int) -> 
 
 
 def quantize_int8(out: Path) -> float:
-    """encoder.int8.onnx and decoder.int8.onnx: int8 weights, activations quantised at run time; returns seconds."""
+    """encoder.int8.onnx and decoder.int8.onnx: int8 weights, activations quantised at run time; returns seconds.
+
+    MatMuls only: a quantised Gather (the embeddings) would be dequantised in full at every call."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     start = time.perf_counter()
