@@ -422,7 +422,8 @@ def export_onnx(model: Any, example: dict, out: Path, opset: int, beam: int) -> 
 
 
 def quantize_int8(out: Path) -> float:
-    """encoder.int8.onnx and decoder.int8.onnx: int8 weights, activations quantised at run time; returns seconds.
+    """encoder.int8.onnx and decoder.int8.onnx: int8 weights (a scale per output column), activations quantised at
+    run time; returns seconds.
 
     MatMuls only: a quantised Gather (the embeddings) would be dequantised in full at every call."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -433,8 +434,10 @@ def quantize_int8(out: Path) -> float:
         # The quantiser logs every skipped node, and a hint about image-model pre-processing, on the root logger.
         logging.disable(logging.WARNING)
         try:
+            # Per output column scales: on the Multi30k cpu-ref model, BLEU 38.59-38.65 across batch budgets
+            # against 38.32-38.54 with one scale per matrix (fp32: 38.56), at the same speed.
             quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8,
-                             op_types_to_quantize=["MatMul"])
+                             op_types_to_quantize=["MatMul"], per_channel=True)
         finally:
             logging.disable(logging.NOTSET)
     return round(time.perf_counter() - start, 2)
