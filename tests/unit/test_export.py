@@ -64,6 +64,32 @@ def test_export_writes_onnx_int8_and_torchscript_graphs_that_pass_the_onnx_check
     assert sizes["onnx_int8"]["size_mb"]["decoder"] < sizes["onnx"]["size_mb"]["decoder"]
 
 
+def test_int8_graphs_run_every_weight_matmul_in_int8_the_output_projection_included(exported):
+    import onnx
+
+    paths, _ = exported
+    vocab = read_json(paths.export / "config.json")["vocab_size"]
+    for graph in ("encoder", "decoder"):
+        model = onnx.load(str(paths.export / f"{graph}.int8.onnx")).graph
+        weights = {init.name: tuple(init.dims) for init in model.initializer}
+        ops = [node.op_type for node in model.node]
+        # No fp32 MatMul reads a weight (what is left multiplies activations: attention), and nothing dequantises
+        # a weight at run time, as a quantised embedding shared with the output projection would at every step.
+        fp32_weight_matmuls = [n.name for n in model.node if n.op_type == "MatMul" and set(n.input) & set(weights)]
+        assert fp32_weight_matmuls == [], graph
+        assert "DequantizeLinear" not in ops, graph
+        assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops or "MatMulIntegerToFloat" in ops
+    # The decoder's output projection: an int8 (d_model, vocab) weight with a scale per vocabulary entry.
+    decoder = onnx.load(str(paths.export / "decoder.int8.onnx")).graph
+    shapes = {init.name: (tuple(init.dims), init.data_type) for init in decoder.initializer}
+    projection = [name for name, (dims, dtype) in shapes.items() if dims[-1:] == (vocab,) and len(dims) == 2
+                  and dtype == onnx.TensorProto.INT8]
+    assert len(projection) == 1
+    assert any(dims == (vocab,) and name.startswith(projection[0].removesuffix("_quantized"))
+               for name, (dims, _) in shapes.items())
+
+
+
 def test_the_decoder_takes_and_returns_a_kv_cache_and_every_batch_and_length_dim_is_symbolic(exported):
     import onnx
 
