@@ -246,8 +246,8 @@ class OnnxSeq2Seq:
         cache_rows: np.ndarray | None = None,
     ) -> DecoderStep:
         """One decoder pass. cache_rows: the self_cache row each row continues from (default: row i from row i).
-        logits=False skips the (rows, new_len, vocab) logits: the search needs only the next-token candidates and
-        the cache, and ONNX Runtime then projects the last position only."""
+        logits=False skips copying out the (rows, new_len, vocab) logits: the search needs only the next-token
+        candidates and the cache."""
         if cache_rows is None:
             cache_rows = np.arange(len(decoder_input_ids), dtype=np.int64)
         feeds = {"decoder_input_ids": decoder_input_ids, "encoder_attention_mask": encoder_attention_mask,
