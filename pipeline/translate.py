@@ -311,16 +311,17 @@ def beam_search(
     # which reads row cache_rows[r] of the cache it is given for hypothesis r.
     _, cross_cache = model.encode(input_ids, attention_mask)
     encoder_mask = attention_mask
-    self_cache = model.empty_cache(batch * beam)
-    cache_rows = np.arange(batch * beam, dtype=np.int64)
+    # The first step decodes one row per sentence: its beams would all start alike. (transformers decodes `beam`
+    # copies and scores all but the first -1e9, which never lets them win: the same search.) `live` is the
+    # number of hypotheses per sentence, 1 for the first step and `beam` after it.
+    self_cache = model.empty_cache(batch)
+    cache_rows = np.arange(batch, dtype=np.int64)
 
     sentence = np.arange(batch)  # which input sentence each active slot holds
     limit = np.asarray(max_new_tokens, dtype=np.int64).reshape(batch)
-    # Only the first beam is live at the start; the others would duplicate its continuations.
-    scores = np.full((batch, beam), -1e9, dtype=np.float32)
-    scores[:, 0] = 0.0
-    tokens = np.zeros((batch, beam, 0), dtype=np.int64)
-    last = np.full(batch * beam, ids.start, dtype=np.int64)
+    scores = np.zeros((batch, 1), dtype=np.float32)
+    tokens = np.zeros((batch, 1, 0), dtype=np.int64)
+    last = np.full(batch, ids.start, dtype=np.int64)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     best: list[list[int]] = [[] for _ in range(batch)]
     keep_candidates = 2 * beam  # enough that `beam` continuations survive even if `beam` of them end in </s>
@@ -329,25 +330,25 @@ def beam_search(
 
     step = 0
     while sentence.size:
-        active = sentence.size
+        active, live = scores.shape
         out = model.decode(last[:, None], encoder_mask, self_cache, cross_cache, logits=needs_logits,
                            cache_rows=cache_rows)
         log_probs, token_ids = _next_token_candidates(out, keep_candidates, ids.pad)
         forced = step + 1 >= limit  # this step produces the sentence's last allowed token: only </s>
         if forced.any():
             # As transformers' ForcedEOSTokenLogitsProcessor: </s> gets log-probability 0, everything else -inf.
-            rows = np.repeat(forced, beam)
+            rows = np.repeat(forced, live)
             log_probs[rows] = -np.inf
             log_probs[rows, 0] = 0.0
             token_ids[rows, 0] = ids.eos
 
         # Each sentence's best `keep_candidates` (beam, token) continuations by accumulated log-probability.
         width = log_probs.shape[1]
-        total = (scores[:, :, None] + log_probs.reshape(active, beam, width)).reshape(active, beam * width)
+        total = (scores[:, :, None] + log_probs.reshape(active, live, width)).reshape(active, live * width)
         top = np.argsort(-total, axis=1, kind="stable")[:, :keep_candidates]
         top_scores = np.take_along_axis(total, top, axis=1)
         from_beam = top // width
-        token = np.take_along_axis(token_ids.reshape(active, beam * width), top, axis=1)
+        token = np.take_along_axis(token_ids.reshape(active, live * width), top, axis=1)
         ends = token == ids.eos
 
         # A hypothesis finishes when it is among the `beam` best candidates and ends in </s>.
@@ -363,7 +364,7 @@ def beam_search(
         new_tokens = np.take_along_axis(token, survivors, axis=1)
         tokens = np.concatenate([tokens[np.arange(active)[:, None], parent], new_tokens[:, :, None]], axis=2)
         # Each surviving row continues from its parent's cache.
-        cache_rows = (np.arange(active)[:, None] * beam + parent).reshape(-1)
+        cache_rows = (np.arange(active)[:, None] * live + parent).reshape(-1)
         self_cache = out.self_cache
         last = new_tokens.reshape(-1)
         step += 1

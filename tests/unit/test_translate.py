@@ -147,9 +147,10 @@ def test_each_decoding_step_feeds_one_token_per_row_against_a_cache_one_token_lo
     assert [past for _, past, _, _ in calls] == list(range(len(calls)))
     rows = [shape[0] for shape, *_ in calls]
     sentences = [n for _, _, n, _ in calls]
-    assert rows[0] == 3 * len(sources) and rows == sorted(rows, reverse=True)
+    # The first step decodes one row per sentence (its beams would start alike), every later one 3.
+    assert rows[0] == len(sources) and rows[1] == 3 * len(sources) and rows[1:] == sorted(rows[1:], reverse=True)
     # The cross cache stays one per sentence (not per beam); the logits are never copied out while searching.
-    assert [r // 3 for r in rows] == sentences
+    assert [rows[0], *(r // 3 for r in rows[1:])] == sentences
     assert not any(wants_logits for *_, wants_logits in calls)
 
 
