@@ -74,7 +74,8 @@ def timed(translate: Callable[[list[str]], list[str]], sources: list[str], repea
 # --------------------------------------------------------------------------------------------------- the paths
 
 
-def generate_path(model_dir: Path, args: argparse.Namespace) -> tuple[Callable, Any]:
+def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) -> tuple[Callable, Any]:
+    """The evaluate stage's translate, with the export manifest's length rule (so every path decodes by one)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -84,8 +85,9 @@ def generate_path(model_dir: Path, args: argparse.Namespace) -> tuple[Callable, 
     torch.set_num_threads(args.threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    cfg = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens)
-    return (lambda sources: translate(model, tokenizer, sources, cfg, progress_bar=False)), tokenizer
+    settings = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens, max_len_a=generation.max_len_a,
+                              max_len_b=generation.max_len_b)
+    return (lambda sources: translate(model, tokenizer, sources, settings, progress_bar=False)), tokenizer
 
 
 class FlopCounter:
@@ -132,7 +134,7 @@ def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: 
     translator = Translator(export_dir, int8=int8, threads=1 if intra_op else args.threads,
                             max_tokens=args.max_tokens)
     if intra_op:
-        graphs = translator.manifest["files"]["onnx_int8" if int8 else "onnx"]
+        graphs = translator.manifest.onnx_graphs(int8)
         translator.model = OnnxSeq2Seq(export_dir / graphs["encoder"], export_dir / graphs["decoder"], args.threads)
     counter = FlopCounter(translator.model, json.loads((export_dir / "config.json").read_text()))
 
@@ -143,33 +145,37 @@ def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: 
     return translate, counter
 
 
-def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: dict, tokenizer: Any, args: argparse.Namespace,
+def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer: Any, args: argparse.Namespace,
                      workdir: Path) -> tuple[Callable, str]:
+    """CTranslate2 on the export's directory (or a conversion of model_dir), with the manifest's length rule."""
     import ctranslate2
 
-    ct2_dir = export_dir / "ctranslate2"
+    from pipeline.decoding import output_limit
+    from pipeline.export_format import CTRANSLATE2_DIR
+    from stages.export.ctranslate2_model import max_decoding_length
+
+    ct2_dir = export_dir / CTRANSLATE2_DIR
     if ct2_dir.is_dir():
-        quantization = manifest.get("parity", {}).get("ctranslate2", {}).get("quantization", "?")
+        quantization = manifest.parity.get("ctranslate2", {}).get("quantization", "?")
         source = f"{ct2_dir} ({quantization})"
     else:
         from ctranslate2.converters import TransformersConverter
 
-        ct2_dir = workdir / "ctranslate2"
+        ct2_dir = workdir / CTRANSLATE2_DIR
         TransformersConverter(str(model_dir)).convert(str(ct2_dir), quantization=args.ct2_quantization)
         source = f"converted from {model_dir} ({args.ct2_quantization})"
     # 2 x 1 threads beat 1 x 2 on two cores for small models: batches decode in parallel.
     inter, intra = (2, 1) if args.threads == 2 else (1, args.threads)
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=inter, intra_threads=intra)
-    generation = manifest.get("generation", {})
-    max_len_a, max_len_b = generation.get("max_len_a", 1.2), generation.get("max_len_b", 10)
+    generation, max_positions = manifest.generation, manifest.dims.max_positions
 
     def translate(sources: list[str]) -> list[str]:
         tokens = [tokenizer.convert_ids_to_tokens(tokenizer(s)["input_ids"]) for s in sources]
-        # One limit per call (the longest source's); it counts the tokens before </s>, generate's counts </s>.
-        limit = int(max_len_a * max(len(t) for t in tokens) + max_len_b) - 1
+        # One limit per call (the longest source's).
+        limit = output_limit(max(len(t) for t in tokens), generation.max_len_a, generation.max_len_b, max_positions)
         results = translator.translate_batch(
             tokens, beam_size=args.beam, max_batch_size=max(args.max_tokens // args.beam, 1), batch_type="tokens",
-            length_penalty=1.0, max_decoding_length=max(limit, 1),
+            length_penalty=1.0, max_decoding_length=max_decoding_length(limit),
         )
         return [tokenizer.convert_tokens_to_string(r.hypotheses[0]) for r in results]
 
@@ -267,14 +273,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per path; the best time counts (default: 1)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["onnx-1x2", "onnx-int8", "ctranslate2"])
     args = parser.parse_args()
+    from pipeline.export_format import MANIFEST, ExportManifest
+
     export_dir = args.export or args.model.parent / "export"
-    for path in (args.model / "config.json", export_dir / "export.json"):
+    for path in (args.model / "config.json", export_dir / MANIFEST):
         if not path.is_file():
             sys.exit(f"{path} not found: train and export a model first (`dvc repro`), or pass --model/--export")
 
     sources = read_gz_lines(args.multi30k / f"{TEST_SET}.en.gz", args.limit)
     refs = read_gz_lines(args.multi30k / f"{TEST_SET}.de.gz", args.limit)
-    generate, tokenizer = generate_path(args.model, args)
+    manifest = ExportManifest.read(export_dir)
+    generate, tokenizer = generate_path(args.model, manifest.generation, args)
     results = {"generate": measure("generate", generate, sources, refs, tokenizer, args.repeat)}
     onnx, counter = onnx_path(export_dir, args, int8=False)
     results["onnx"] = measure("onnx", onnx, sources, refs, tokenizer, args.repeat)
@@ -284,8 +293,7 @@ def main() -> None:
         results["onnx-1x2"] = measure("onnx-1x2", onnx_path(export_dir, args, int8=False, intra_op=True)[0],
                                       sources, refs, tokenizer, args.repeat)
         notes["onnx-1x2"] = f"the same graphs, 1 batch at a time x {args.threads} intra-op threads"
-    manifest = json.loads((export_dir / "export.json").read_text())
-    if "onnx_int8" in manifest.get("files", {}) and "onnx-int8" not in args.skip:
+    if manifest.onnx_graphs(int8=True) is not None and "onnx-int8" not in args.skip:
         results["onnx-int8"] = measure("onnx-int8", onnx_path(export_dir, args, int8=True)[0], sources, refs,
                                        tokenizer, args.repeat)
         notes["onnx-int8"] = "int8 graphs (dynamic quantisation), as mtpipe translate --int8"

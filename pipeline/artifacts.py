@@ -23,6 +23,11 @@ SAMPLE_DIR = Path(__file__).resolve().parent.parent / "assets" / "sample"
 class Paths:
     root: Path = Path(".")
 
+    # check_params: a fixed line, written once params.yaml passed the schema (every stage runs after it)
+    @property
+    def params_checked(self) -> Path:
+        return self.root / "data" / "params_checked"
+
     # download
     @property
     def raw(self) -> Path:
@@ -73,6 +78,11 @@ class Paths:
     @property
     def export(self) -> Path:
         return self.root / "models" / "export"
+
+    # card
+    @property
+    def release(self) -> Path:
+        return self.root / "models" / "release"
 
     def metrics(self, stage: str) -> Path:
         return self.root / "metrics" / f"{stage}.json"

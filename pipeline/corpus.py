@@ -19,14 +19,9 @@ PAIR_SCHEMA = pa.schema(
 BATCH_ROWS = 65_536
 
 
-def iter_pair_batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """Stream a pair Parquet file in batches of at most BATCH_ROWS rows; a missing or unreadable file, or one
-    without the expected columns, is an InputFileError naming it.
-
-    Memory stays flat with the file's size: one row group at a time without Parquet pre-buffering, and freed
-    pages handed back to the pool after each (with pre-buffering, reading a 1M-pair split peaked ~90 MB higher
-    than a 200k one; this way 155 -> 158 MB).
-    """
+def open_pair_file(path: Path, columns: list[str] | None = None) -> pq.ParquetFile:
+    """The Parquet file at `path`, checked to hold `columns` (default: every pair column); a missing or unreadable
+    file, or one without them, is an InputFileError naming it."""
     columns = columns or PAIR_SCHEMA.names
     try:
         pf = pq.ParquetFile(path, pre_buffer=False)
@@ -37,6 +32,19 @@ def iter_pair_batches(path: Path, columns: list[str] | None = None) -> Iterator[
     missing = [c for c in columns if c not in pf.schema_arrow.names]
     if missing:
         raise InputFileError(path, f"missing column(s) {missing}; has {pf.schema_arrow.names}")
+    return pf
+
+
+def iter_pair_batches(path: Path, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Stream a pair Parquet file in batches of at most BATCH_ROWS rows; a missing or unreadable file, or one
+    without the expected columns, is an InputFileError naming it.
+
+    Memory stays flat with the file's size: one row group at a time without Parquet pre-buffering, and freed
+    pages handed back to the pool after each (with pre-buffering, reading a 1M-pair split peaked ~90 MB higher
+    than a 200k one; this way 155 -> 158 MB).
+    """
+    pf = open_pair_file(path, columns or PAIR_SCHEMA.names)
+    columns = columns or PAIR_SCHEMA.names
     pool = pa.default_memory_pool()
     for group in range(pf.num_row_groups):
         table = pf.read_row_group(group, columns=columns)

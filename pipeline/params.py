@@ -7,6 +7,7 @@ mapping. This module imports only pydantic and yaml so every stage and the CLI s
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -174,7 +175,8 @@ class CleanParams(_Section):
 
 
 class ValidateParams(_Section):
-    min_rows: int = Field(1, ge=1)
+    # Fewer training rows than this fail the suite (a truncated download, a filter gone wrong).
+    min_rows: int = Field(100, ge=1)
     # Share of rows allowed outside the soft bounds (lengths, ratio, letter and script shares) before the suite fails.
     mostly: float = Field(1.0, ge=0.0, le=1.0)
     # Language check: py3langid on a seeded sample of this many training rows (0 switches it off); the suite fails
@@ -192,7 +194,8 @@ class TokenizeParams(_Section):
     model_type: Literal["unigram", "bpe"] = "unigram"
     # One SentencePiece model and vocabulary for both languages (shared, tied embeddings), or one per side.
     joint: bool = True
-    vocab_size: int = Field(8000, ge=100, le=65000)
+    # Sized for the embedded sample (SentencePiece stops lower on a small corpus); 8000-32000 for real corpora.
+    vocab_size: int = Field(1000, ge=100, le=65000)
     character_coverage: float = Field(1.0, gt=0.9, le=1.0)
     byte_fallback: bool = True
     input_sentence_size: int = Field(2_000_000, ge=1000)
@@ -248,16 +251,18 @@ class ModelParams(_Section):
 
 
 class TrainParams(_Section):
+    # The defaults of the schedule and the batch are the embedded sample's, chosen on its valid split (params.yaml
+    # says so too); configs/ holds complete files for real corpora and GPUs.
     # Limits: training stops at whichever comes first. max_minutes counts training time across resumes.
-    max_steps: int = Field(1000, ge=1)  # optimizer updates (a skipped non-finite update does not count)
+    max_steps: int = Field(1200, ge=1)  # optimizer updates (a skipped non-finite update does not count)
     max_epochs: int | None = Field(None, ge=1)
-    max_minutes: float | None = Field(None, gt=0)
-    lr: float = Field(7e-4, gt=0, le=1.0)
-    warmup_steps: int = Field(400, ge=0)
+    max_minutes: float | None = Field(5, gt=0)  # a safety net on the sample; null: no time limit
+    lr: float = Field(3e-3, gt=0, le=1.0)
+    warmup_steps: int = Field(200, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(1.0, ge=0)
-    max_tokens: int = Field(4096, ge=16)
+    max_tokens: int = Field(2048, ge=16)
     # Micro-batches of max_tokens accumulated per process into one update (gradient accumulation): an update sees
     # nproc x update_freq batches; DDP all-reduces the gradients once, after the last micro-batch.
     update_freq: int = Field(1, ge=1)
@@ -270,16 +275,19 @@ class TrainParams(_Section):
     threads: int | None = Field(None, ge=1)
     seed: int = Field(1, ge=0)
     log_every: int = Field(10, ge=1)
-    valid_every: int = Field(200, ge=1)
+    valid_every: int = Field(250, ge=1)
     # Greedy-decoded BLEU on a seeded sample of this many valid pairs at every validation (0 switches it off).
-    valid_bleu_sentences: int = Field(200, ge=0)
+    valid_bleu_sentences: int = Field(100, ge=0)
     # Early stopping: stop after this many validations in a row without a lower valid loss; null never stops early.
     patience: int | None = Field(None, ge=1)
     # models/checkpoints/last.pt (everything needed to resume exactly) is rewritten every save_every updates.
-    save_every: int = Field(500, ge=1)
+    save_every: int = Field(250, ge=1)
     # models/final: 1 = the weights with the best valid loss; K > 1 = the average of the last K checkpoints
     # (one every save_every updates, plus the final update's).
     average_last: int = Field(1, ge=1)
+    # Deterministic GPU kernels (torch.use_deterministic_algorithms): a CUDA run then repeats bitwise, slower, and an
+    # op without a deterministic kernel raises. CPU runs are exact either way.
+    deterministic: bool = False
 
     @field_validator("nproc")
     @classmethod
@@ -304,7 +312,7 @@ class EvaluateParams(_Section):
 class ExportParams(_Section):
     onnx: bool = True
     # int8 copies of the ONNX graphs (onnxruntime dynamic quantisation); reported by the parity check, not gated.
-    int8: bool = False
+    int8: bool = True
     # Legacy format: torch deprecates TorchScript.
     torchscript: bool = True
     # A CTranslate2 model directory as well (needs the optional `ct2` dependencies).
@@ -325,6 +333,18 @@ class ExportParams(_Section):
         return self
 
 
+class CardParams(_Section):
+    """The model card (`models/release/README.md`, Hugging Face format) the card stage writes."""
+
+    # The license the model may be shared under, as a Hugging Face license id (apache-2.0, mit, cc-by-4.0, ...,
+    # "other"); it depends on the training data's terms, so nothing sensible can be assumed: "unknown" until set.
+    license: str = Field("unknown", pattern=r"^[a-z0-9][a-z0-9.+-]*$")
+    # Hugging Face dataset ids of the training data, for the card's `datasets`. data.source wmt14 adds its own.
+    datasets: list[str] = Field(default_factory=list)
+    # The model's name in the card's model-index and title; null: mtpipe-<src_lang>-<tgt_lang>.
+    name: str | None = Field(None, min_length=1)
+
+
 class Params(_Section):
     data: DataParams = Field(default_factory=DataParams)
     clean: CleanParams = Field(default_factory=CleanParams)
@@ -334,8 +354,31 @@ class Params(_Section):
     train: TrainParams = Field(default_factory=TrainParams)
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     export: ExportParams = Field(default_factory=ExportParams)
+    card: CardParams = Field(default_factory=CardParams)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the schema allows beside the last part of `loc` (empty where loc leaves the typed sections)."""
+    section: Any = Params
+    for part in loc[:-1]:
+        fields = {f.alias or name: f for name, f in section.model_fields.items()}
+        annotation = fields[part].annotation if part in fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        section = annotation
+    return [f.alias or name for name, f in section.model_fields.items()]
+
+
+def _unknown_key_message(key: str, loc: tuple[Any, ...], value: Any) -> str:
+    if isinstance(value, dict):
+        shown = f"a section of {len(value)} key{'s' if len(value) != 1 else ''}"
+    else:
+        shown = f"value {value!r}"
+    close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc), n=1) if loc else []
+    hint = f"did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?" if close else "check the spelling"
+    return f"  {key}: unknown key ({shown}); {hint}"
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
@@ -343,7 +386,7 @@ def _format_errors(err: ValidationError, source: str) -> str:
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
-            lines.append(f"  {key}: unknown key (value {e['input']!r}); check the spelling against params.yaml")
+            lines.append(_unknown_key_message(key, tuple(e["loc"]), e["input"]))
         elif e["type"] == "missing":
             lines.append(f"  {key}: required")
         else:

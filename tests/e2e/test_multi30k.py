@@ -62,7 +62,8 @@ def project(tmp_path_factory) -> Path:
     )
     git(root, "commit", "-qam", "multi30k subset")
     result = dvc(root, "repro")
-    assert stages_run(result) == ["download", "clean", "validate", "tokenize", "train", "evaluate", "export"]
+    assert stages_run(result) == ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate",
+                                  "export", "card"]
     return root
 
 

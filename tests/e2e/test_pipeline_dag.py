@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run
 
 pytestmark = pytest.mark.e2e
-ALL = ["download", "clean", "validate", "tokenize", "train", "evaluate", "export"]
+ALL = ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card"]
 FAST = {
     "model": {"preset": "tiny"},
     "train": {"max_steps": 40, "valid_every": 20, "log_every": 10, "max_minutes": 5},
@@ -65,10 +66,52 @@ def test_second_repro_reruns_nothing(project):
     assert dvc(project, "status").stdout.strip().startswith("Data and pipelines are up to date")
 
 
+@pytest.mark.parametrize(
+    ("edit", "dotted_key"),
+    [
+        (lambda params: params.update(trian=params["train"]), "trian"),  # a misspelt section DVC alone never reads
+        (lambda params: params["train"].update(lrr=0.01), "train.lrr"),  # a misspelt key of a section train reads
+    ],
+)
+def test_a_misspelt_param_stops_repro_before_any_stage_works_and_keeps_the_outputs(project, edit, dotted_key):
+    params_file = project / "params.yaml"
+    good = params_file.read_text()
+    params = yaml.safe_load(good)
+    edit(params)
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        result = dvc(project, "repro", check=False)
+        assert result.returncode != 0
+        assert stages_run(result) == ["check_params"]
+        assert f"{dotted_key}: unknown key" in result.stdout + result.stderr
+        # DVC removes a stage's outputs before running it: no stage past the check ran, so the model is still here.
+        assert (project / "models/final/config.json").is_file()
+    finally:
+        params_file.write_text(good)
+    # Valid again: at most the check itself reruns (DVC removed its output before the failed run).
+    assert set(stages_run(dvc(project, "repro"))) <= {"check_params"}
+
+
+def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
+    # pipeline/decoding.py is not evaluate's own module: only its deps say that evaluate runs it.
+    helper = project / "pipeline" / "decoding.py"
+    original = helper.read_text()
+    helper.write_text(original + "# an edit\n")
+    try:
+        status = dvc(project, "status", "--json").stdout
+        changed = json.loads(status)
+        assert "evaluate" in changed, status
+        assert "download" not in changed and "clean" not in changed
+    finally:
+        helper.write_text(original)
+    assert dvc(project, "status").stdout.strip().startswith("Data and pipelines are up to date")
+
+
 def test_changing_max_steps_reruns_only_train_evaluate_and_export(project):
     set_params(project, {"train": {"max_steps": 30}})
     result = dvc(project, "repro")
-    assert stages_run(result) == ["train", "evaluate", "export"]
+    # check_params reruns on any change to params.yaml; its output does not change, so nothing reruns for it.
+    assert stages_run(result) == ["check_params", "train", "evaluate", "export", "card"]
     assert json.loads((project / "metrics/train.json").read_text())["steps"] == 30
 
 
@@ -76,7 +119,7 @@ def test_exp_run_with_a_param_override_records_bleu(project):
     git(project, "add", "-A")
     git(project, "commit", "-qm", "baseline")
     result = dvc(project, "exp", "run", "-S", "train.lr=0.001", "-n", "lower-lr")
-    assert stages_run(result) == ["train", "evaluate", "export"]
+    assert stages_run(result) == ["check_params", "train", "evaluate", "export", "card"]
     shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
     experiments = [e for rev in shown for e in (rev.get("experiments") or [])]
     runs = [r for e in experiments for r in e.get("revs", [])]

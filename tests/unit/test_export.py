@@ -19,9 +19,11 @@ import pytest
 
 from pipeline.artifacts import Paths, read_json
 from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed
+from pipeline.export_format import ExportManifest
 from pipeline.params import ParamsError, parse
 from pipeline.translate import OnnxSeq2Seq
 from stages import export
+from stages.export import gate, onnx_graphs, quiet, wrappers
 from tests.unit.export_helpers import CTRANSLATE2_INSTALLED, PARITY_SENTENCES, export_params, load_model
 
 pytestmark = [
@@ -137,7 +139,7 @@ def test_the_cached_decoder_module_reproduces_the_model_forward_at_once_and_toke
 
     paths, _ = exported
     model, tokenizer = load_model(paths.final_model)
-    encoder, decoder = export.export_wrappers(model, beam=4)
+    encoder, decoder = wrappers.export_wrappers(model, beam=4)
     ids, mask = (torch.from_numpy(a) for a in batch(tokenizer, ["A man is walking.", "Two dogs."]))
     dec_ids = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7, 8]] * 2)
     with torch.no_grad():
@@ -145,10 +147,11 @@ def test_the_cached_decoder_module_reproduces_the_model_forward_at_once_and_toke
         hidden, *cross = encoder(ids, mask)
         assert torch.equal(hidden, model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state)
         rows = torch.arange(2)
-        logits, next_log_probs, next_ids, *present = decoder(dec_ids, mask, rows, export.empty_cache(model, 2), cross)
+        logits, next_log_probs, next_ids, *present = decoder(dec_ids, mask, rows, wrappers.empty_cache(model, 2),
+                                                             cross)
         assert (logits - reference).abs().max() <= 1e-5
         assert [tuple(c.shape) for c in present] == [(2, 4, 5, 16)] * 4
-        cache, steps = export.empty_cache(model, 2), []
+        cache, steps = wrappers.empty_cache(model, 2), []
         for t in range(dec_ids.shape[1]):
             step_logits, _, _, *cache = decoder(dec_ids[:, t : t + 1], mask, rows, cache, cross)
             steps.append(step_logits)
@@ -212,7 +215,7 @@ def test_torchscript_graphs_are_the_legacy_uncached_ones_and_match_on_a_new_shap
 
     paths, _ = exported
     model, tokenizer = load_model(paths.final_model)
-    encoder, decoder = export.legacy_wrappers(model)
+    encoder, decoder = wrappers.legacy_wrappers(model)
     ts_encoder = torch.jit.load(str(paths.export / "encoder.ts.pt"))
     ts_decoder = torch.jit.load(str(paths.export / "decoder.ts.pt"))
     ids, mask = (torch.from_numpy(a) for a in batch(tokenizer, ["x", "A dog runs.", "Three people sit on a bench."]))
@@ -274,6 +277,7 @@ def test_export_dir_is_self_contained_with_tokenizer_config_and_manifest(exporte
     assert (paths.export / "generation_config.json").is_file()
 
     manifest = read_json(paths.export / "export.json")
+    assert manifest["version"] == 4
     assert manifest["kv_cache"] is True
     assert manifest["files"]["onnx"] == {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
     assert manifest["files"]["onnx_int8"] == {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -289,6 +293,9 @@ def test_export_dir_is_self_contained_with_tokenizer_config_and_manifest(exporte
     defaults = parse({}).evaluate
     assert manifest["generation"] == {"beam": defaults.beam, "length_penalty": defaults.length_penalty,
                                       "max_len_a": defaults.max_len_a, "max_len_b": defaults.max_len_b}
+    # One generation block: the length rule is not written twice.
+    assert "max_len" not in manifest
+    assert ExportManifest.read(paths.export).to_json() == manifest
     for name in manifest["model_files"]:
         assert (paths.export / name).is_file()
 
@@ -323,7 +330,7 @@ def reuse_onnx_graphs(exported_dir: Path):
 
 def test_a_perturbed_onnx_decoder_fails_the_gate_and_publishes_nothing(exported, make_sharpened_root, monkeypatch):
     paths = make_sharpened_root()
-    monkeypatch.setattr(export, "export_onnx", reuse_onnx_graphs(exported[0].export))
+    monkeypatch.setattr(onnx_graphs, "export_onnx", reuse_onnx_graphs(exported[0].export))
     decode = OnnxSeq2Seq.decode
 
     def perturbed(self, *args, **kwargs):
@@ -335,7 +342,7 @@ def test_a_perturbed_onnx_decoder_fails_the_gate_and_publishes_nothing(exported,
 
     monkeypatch.setattr(OnnxSeq2Seq, "decode", perturbed)
     with pytest.raises(ParityFailed, match=r"onnx decoder max abs diff .* > max_logit_diff 0\.0001") as failure:
-        export.run(export_params(torchscript=False, parity_sentences=4), paths)
+        export.run(export_params(int8=False, torchscript=False, parity_sentences=4), paths)
     assert "onnx decoder cached max abs diff" in str(failure.value)
     assert not paths.export.exists()
     assert not paths.metrics("export").exists()
@@ -354,7 +361,7 @@ def test_gate_names_every_figure_over_its_threshold():
         # int8 and CTranslate2 are reported, never gated.
         "onnx_int8": {"identical_share": 0.1, "bleu": 2.0, "bleu_delta": -18.0},
     }
-    failures = export.parity_failures(report, params)
+    failures = gate.parity_failures(report, params.export)
     assert len(failures) == 6, failures
     assert "onnx decoder max abs diff 0.003 > max_logit_diff 0.0001" in failures
     assert "onnx decoder cached max abs diff 0.0002 > max_logit_diff 0.0001" in failures
@@ -365,7 +372,7 @@ def test_gate_names_every_figure_over_its_threshold():
     report["onnx"].update(decoder_max_abs_diff=1e-4, decoder_cached_max_abs_diff=0.0)
     report.update(torchscript={"encoder_max_abs_diff": 0.0, "decoder_max_abs_diff": 0.0}, emitted_pad=False,
                   identical_share=0.99, bleu={"pytorch": 20.0, "onnx": 19.9, "delta": 0.1})
-    assert export.parity_failures(report, params) == []
+    assert gate.parity_failures(report, params.export) == []
 
 
 # --------------------------------------------------------------------------------------------------- switches
@@ -373,7 +380,7 @@ def test_gate_names_every_figure_over_its_threshold():
 
 def test_with_every_format_off_the_export_dir_still_holds_tokenizer_config_and_manifest(make_sharpened_root):
     paths = make_sharpened_root()
-    summary = export.run(export_params(onnx=False, torchscript=False), paths)
+    summary = export.run(export_params(onnx=False, int8=False, torchscript=False), paths)
     names = {p.name for p in paths.export.iterdir()}
     assert {"config.json", "generation_config.json", "tokenizer_config.json", "export.json"} <= names
     assert not {n for n in names if n.endswith((".onnx", ".pt", ".safetensors"))}
@@ -407,3 +414,49 @@ def test_importing_the_stage_does_not_import_torch_or_onnx():
     code = f"import json, sys, stages.export; print(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+# --------------------------------------------------------------------------------------------------- quiet
+
+
+def test_quieting_the_quantizer_drops_its_root_logger_records_and_nothing_else(caplog):
+    import logging
+
+    import onnxruntime.quantization
+
+    root = logging.getLogger()
+    quantizer_file = str(Path(onnxruntime.quantization.__file__).parent / "quant_utils.py")
+
+    def quantizer_says(level: int, message: str) -> None:
+        # What its module-level `logging.warning(...)` calls produce: a record on the root logger from its file.
+        root.handle(root.makeRecord("root", level, quantizer_file, 1, message, (), None))
+
+    filters_before = list(root.filters)
+    with caplog.at_level(logging.INFO):
+        with quiet.quiet_quantizer():
+            quantizer_says(logging.WARNING, "Please consider to run pre-processing")
+            quantizer_says(logging.ERROR, "a real quantiser error")
+            logging.warning("the stage's own root-logger warning")
+            logging.getLogger("mtpipe.export").info("the stage's progress")
+        quantizer_says(logging.WARNING, "after the block")
+    assert [r.getMessage() for r in caplog.records] == [
+        "a real quantiser error", "the stage's own root-logger warning", "the stage's progress", "after the block",
+    ]
+    assert root.filters == filters_before
+    assert logging.root.manager.disable == logging.NOTSET
+
+
+def test_quieting_the_exporters_sets_their_loggers_to_error_and_restores_each_level():
+    import logging
+
+    names = quiet.ONNX_EXPORTER_LOGGERS
+    before = {name: logging.getLogger(name).level for name in names}
+    logging.getLogger(names[0]).setLevel(logging.DEBUG)
+    try:
+        with quiet.quiet_exporters():
+            assert [logging.getLogger(name).level for name in names] == [logging.ERROR] * len(names)
+            assert logging.getLogger("mtpipe.export").level == logging.NOTSET
+        assert logging.getLogger(names[0]).level == logging.DEBUG
+        assert [logging.getLogger(name).level for name in names[1:]] == [before[name] for name in names[1:]]
+    finally:
+        logging.getLogger(names[0]).setLevel(before[names[0]])

@@ -46,7 +46,8 @@ def test_stage_order_rejects_cycles_and_unknown_stages():
 
 def test_the_order_of_the_real_dvc_yaml_comes_from_dvc(tmp_path):
     graph = mtflow.read_stage_graph(dvc_project(tmp_path))
-    assert graph["download"] == []
+    assert graph["check_params"] == []
+    assert graph["download"] == ["check_params"]
     assert graph["tokenize"] == ["clean", "validate"]
     assert graph["export"] == ["clean", "train"]
     assert mtflow.stage_order(graph) == list(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"])

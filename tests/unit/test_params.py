@@ -32,6 +32,15 @@ def test_unknown_section_is_rejected():
         parse({"trian": {}})
 
 
+def test_a_misspelt_key_is_told_the_key_it_resembles():
+    with pytest.raises(ParamsError, match=r"trian: unknown key \(a section of 1 key\); did you mean 'train'\?"):
+        parse({"trian": {"lr": 0.1}})
+    with pytest.raises(ParamsError, match=r"validate\.min_row: unknown key \(value 3\); did you mean 'validate\.min_"):
+        parse({"validate": {"min_row": 3}})
+    with pytest.raises(ParamsError, match=r"train\.zzz: unknown key \(value 1\); check the spelling"):
+        parse({"train": {"zzz": 1}})
+
+
 def test_wrong_type_names_the_key_and_the_bad_value():
     with pytest.raises(ParamsError, match=r"train\.max_steps = 'many'"):
         parse({"train": {"max_steps": "many"}})

@@ -19,19 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.beam_search import DecoderStep, beam_search
+from pipeline.decoding import SpecialIds, pad_batch, token_batches
 from pipeline.errors import InputFileError
-from pipeline.translate import (
-    DecoderStep,
-    ExportDirError,
-    MarianSentencePiece,
-    OnnxSeq2Seq,
-    SpecialIds,
-    Translator,
-    beam_search,
-    pad_batch,
-    read_lines,
-    token_batches,
-)
+from pipeline.export_format import ExportDirError
+from pipeline.translate import MarianSentencePiece, OnnxSeq2Seq, Translator, read_lines
 from tests.unit.export_helpers import load_model
 
 pytestmark = pytest.mark.usefixtures("torch_on_one_thread")
@@ -236,6 +228,32 @@ def test_an_export_without_the_kv_cached_decoder_is_a_clear_error(export_dir, tm
         Translator(old)
     with pytest.raises(ExportDirError, match=r"export\.json not found"):
         Translator(tmp_path)
+
+
+def test_an_export_of_an_older_format_version_is_refused_with_export_it_again(export_dir, tmp_path):
+    old = tmp_path / "version_3"
+    shutil.copytree(export_dir, old)
+    manifest = json.loads((old / "export.json").read_text())
+    generation = manifest["generation"]
+    # Version 3 wrote the length rule twice: in `generation` and in a `max_len` block.
+    manifest.update(version=3, max_len={"a": generation["max_len_a"], "b": generation["max_len_b"]})
+    (old / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(ExportDirError, match=r"export\.json is export format version 3, this code reads version 4: "
+                                             r"export it again"):
+        Translator(old)
+
+
+def test_the_translator_takes_its_length_rule_from_the_manifest(export_dir, tmp_path, translator):
+    changed = tmp_path / "short_outputs"
+    shutil.copytree(export_dir, changed)
+    manifest = json.loads((changed / "export.json").read_text())
+    manifest["generation"].update(max_len_a=0.0, max_len_b=3)
+    (changed / "export.json").write_text(json.dumps(manifest))
+    short = Translator(changed)
+    sources = [short.tokenizer.encode(s) for s in SENTENCES]
+    # The untrained model never ends on its own: every output is as long as the rule allows.
+    assert [len(h) for h in short.translate_ids(sources, beam=2)] == [3] * len(SENTENCES)
+    assert translator.max_new_tokens(10) == 22 and short.max_new_tokens(10) == 3
 
 
 # --------------------------------------------------------------------------------------------------- the CLI

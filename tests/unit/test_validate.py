@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import subprocess
@@ -13,8 +14,9 @@ import pytest
 
 from pipeline.artifacts import Paths
 from pipeline.errors import MissingArtifact, ValidationFailed
-from pipeline.params import parse
+from pipeline.params import Params, parse
 from stages import validate
+from stages.validate.measures import DERIVED_FILE_SCHEMA, language_sample, side_features
 from tests.conftest import write_pair_parquet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +29,13 @@ GOOD_TRAIN = [
     ("A man rides a red bicycle.", "Ein Mann fährt ein rotes Fahrrad."),
 ]
 GOOD_HELDOUT = [("A cat sleeps.", "Eine Katze schläft."), ("It rains.", "Es regnet.")]
+
+
+def tiny_corpus_params(raw: dict | None = None) -> Params:
+    """These corpora have a handful of rows: validate.min_rows (100 by default) is 1 unless a test sets it."""
+    raw = copy.deepcopy(raw or {})
+    raw.setdefault("validate", {}).setdefault("min_rows", 1)
+    return parse(raw)
 
 
 def write_split(root: Path, split: str, pairs: list[tuple[str | None, str | None]]) -> None:
@@ -55,7 +64,7 @@ def test_clean_pairs_pass_and_data_docs_are_written(tmp_path, caplog):
     stale.write_text("from an earlier run")
 
     with caplog.at_level(logging.INFO, logger="mtpipe.validate"):
-        returned = validate.run(parse({}), paths)
+        returned = validate.run(tiny_corpus_params({}), paths)
 
     report = paths.validation_report
     assert (report / "index.html").is_file()
@@ -85,7 +94,7 @@ def test_duplicate_pairs_fail_the_suite_with_examples(tmp_path):
     paths = corpus(tmp_path, [*GOOD_TRAIN, GOOD_TRAIN[1]])
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse({}), paths)
+        validate.run(tiny_corpus_params({}), paths)
 
     message = str(err.value)
     assert "1 critical expectation(s) failed" in message
@@ -114,7 +123,7 @@ def test_a_large_split_is_validated_in_chunks_as_one(tmp_path):
     params = {"validate": {"chunk_rows": 1000, "language_sample": 0, "min_rows": 2600}}
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse(params), paths)
+        validate.run(tiny_corpus_params(params), paths)
 
     pages = {p.name for p in (paths.validation_report / "validations").rglob("*.html")}
     assert pages == {
@@ -139,7 +148,8 @@ def test_a_large_split_is_validated_in_chunks_as_one(tmp_path):
 
     # Without the repeat, and with a minimum the split meets, every chunk passes.
     returned = validate.run(
-        parse({"validate": {**params["validate"], "min_rows": 2500}}), corpus(tmp_path, synthetic_pairs(2500))
+        tiny_corpus_params({"validate": {**params["validate"], "min_rows": 2500}}),
+        corpus(tmp_path, synthetic_pairs(2500)),
     )
     assert returned["success"] is True
 
@@ -147,7 +157,7 @@ def test_a_large_split_is_validated_in_chunks_as_one(tmp_path):
 def test_duplicates_only_warn_when_the_clean_stage_keeps_them(tmp_path):
     paths = corpus(tmp_path, [*GOOD_TRAIN, GOOD_TRAIN[1]])
 
-    validate.run(parse({"clean": {"deduplicate": False}}), paths)
+    validate.run(tiny_corpus_params({"clean": {"deduplicate": False}}), paths)
 
     assert failed_columns(metrics_of(paths)["splits"]["train"], "failed_non_critical") == ["is_duplicate"]
 
@@ -157,7 +167,7 @@ def test_overlong_row_fails_naming_the_column(tmp_path):
     paths = corpus(tmp_path, [*GOOD_TRAIN, ("A long sentence.", long_target)])
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse({"clean": {"max_chars": 40, "max_length_ratio": 5.0}}), paths)
+        validate.run(tiny_corpus_params({"clean": {"max_chars": 40, "max_length_ratio": 5.0}}), paths)
 
     message = str(err.value)
     assert "expect_column_values_to_be_between on tgt_chars: 1 unexpected" in message
@@ -171,7 +181,8 @@ def test_mostly_tolerates_a_share_of_out_of_bounds_rows(tmp_path):
     paths = corpus(tmp_path, [*GOOD_TRAIN, ("A long sentence.", "Ein sehr langer Satz, der viel länger ist.")])
 
     returned = validate.run(
-        parse({"clean": {"max_chars": 40, "max_length_ratio": 5.0}, "validate": {"mostly": 0.8}}), paths
+        tiny_corpus_params({"clean": {"max_chars": 40, "max_length_ratio": 5.0}, "validate": {"mostly": 0.8}}),
+        paths
     )
 
     assert returned["success"] is True
@@ -188,7 +199,7 @@ def test_too_many_words_and_a_large_length_ratio_fail(tmp_path):
     )
 
     with pytest.raises(ValidationFailed):
-        validate.run(parse({"clean": {"max_words": 6, "max_length_ratio": 2.0}}), paths)
+        validate.run(tiny_corpus_params({"clean": {"max_words": 6, "max_length_ratio": 2.0}}), paths)
 
     train = metrics_of(paths)["splits"]["train"]
     assert failed_columns(train) == ["src_words", "length_ratio"]
@@ -199,7 +210,7 @@ def test_copies_and_control_characters_are_critical(tmp_path):
     paths = corpus(tmp_path, [*GOOD_TRAIN, ("Berlin", "Berlin"), ("zero\u200bwidth", "Null Breite")])
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse({}), paths)
+        validate.run(tiny_corpus_params({}), paths)
 
     assert failed_columns(metrics_of(paths)["splits"]["train"]) == ["is_copy", "has_control"]
     assert "src='zero\\u200bwidth'" in str(err.value)  # the invisible character is shown escaped
@@ -209,7 +220,7 @@ def test_html_only_warns(tmp_path, caplog):
     paths = corpus(tmp_path, [*GOOD_TRAIN, ("Click <b>here</b> &amp; wait.", "Klicken Sie hier und warten Sie.")])
 
     with caplog.at_level(logging.WARNING, logger="mtpipe.validate"):
-        returned = validate.run(parse({}), paths)
+        returned = validate.run(tiny_corpus_params({}), paths)
 
     assert returned["success"] is True and returned["failed_non_critical"] == 1
     train = metrics_of(paths)["splits"]["train"]
@@ -222,7 +233,7 @@ def test_empty_train_split_fails(tmp_path):
     paths = corpus(tmp_path, [])
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse({}), paths)
+        validate.run(tiny_corpus_params({}), paths)
 
     assert "train: expect_table_row_count_to_be_between: observed 0 [min_value=1]" in str(err.value)
     train = metrics_of(paths)["splits"]["train"]
@@ -234,7 +245,7 @@ def test_missing_target_in_a_test_split_fails_naming_the_split(tmp_path):
     paths = corpus(tmp_path, GOOD_TRAIN, test=[("A cat sleeps.", None)])
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse({}), paths)
+        validate.run(tiny_corpus_params({}), paths)
 
     assert "test: expect_column_values_to_not_be_null on tgt: 1 unexpected (100.00%)" in str(err.value)
     assert metrics_of(paths)["splits"]["valid"]["success"] is True
@@ -244,20 +255,20 @@ def test_missing_train_split_names_the_clean_stage(tmp_path):
     write_split(tmp_path, "valid", GOOD_HELDOUT)
 
     with pytest.raises(MissingArtifact, match="train.parquet not found.*'clean' stage"):
-        validate.run(parse({}), Paths(tmp_path))
+        validate.run(tiny_corpus_params({}), Paths(tmp_path))
 
 
 def test_word_counts_match_python_split():
     texts = ["a  b", " a\tb\nc ", "a\u00a0b\u3000c", "a\u200bb", "", "\u2028", "x\x1cy", None]
-    words = validate.side_features(pa.array(texts, pa.string()), None)["words"]
+    words = side_features(pa.array(texts, pa.string()), None)["words"]
     assert words.to_pylist() == [None if t is None else len(t.split()) for t in texts]
 
 
 def test_the_file_gx_loads_holds_measures_only_not_the_text():
     # What keeps validate's memory small: ~50 bytes a pair instead of the text (~1.1 KB a pair in pandas).
-    assert not {"src", "tgt"} & set(validate.DERIVED_FILE_SCHEMA.names)
+    assert not {"src", "tgt"} & set(DERIVED_FILE_SCHEMA.names)
     # Dictionary columns (origin, languages) take a 1-4 byte code a row; the rest have a fixed width.
-    fixed_bits = [f.type.bit_width for f in validate.DERIVED_FILE_SCHEMA if not pa.types.is_dictionary(f.type)]
+    fixed_bits = [f.type.bit_width for f in DERIVED_FILE_SCHEMA if not pa.types.is_dictionary(f.type)]
     assert sum(fixed_bits) / 8 <= 50
 
 
@@ -271,7 +282,7 @@ def test_swapped_columns_fail_the_language_check_with_examples(tmp_path):
     paths = corpus(tmp_path, [(t, s) for s, t in longer])
 
     with pytest.raises(ValidationFailed) as err:
-        validate.run(parse({}), paths)
+        validate.run(tiny_corpus_params({}), paths)
 
     assert "train: expect_column_values_to_be_in_set on src_lang: 4 unexpected (100.00%)" in str(err.value)
     train = metrics_of(paths)["splits"]["train"]
@@ -281,19 +292,19 @@ def test_swapped_columns_fail_the_language_check_with_examples(tmp_path):
 
 
 def test_the_language_sample_is_seeded_and_bounded():
-    first = validate.language_sample(1_000_000, 2000, seed=1)
+    first = language_sample(1_000_000, 2000, seed=1)
     assert len(first) == 2000 and len(set(first.tolist())) == 2000 and list(first) == sorted(first)
-    assert first.tolist() == validate.language_sample(1_000_000, 2000, seed=1).tolist()
-    assert first.tolist() != validate.language_sample(1_000_000, 2000, seed=2).tolist()
-    assert validate.language_sample(10, 2000, seed=1).tolist() == list(range(10))
-    assert len(validate.language_sample(10, 0, seed=1)) == 0
+    assert first.tolist() == language_sample(1_000_000, 2000, seed=1).tolist()
+    assert first.tolist() != language_sample(1_000_000, 2000, seed=2).tolist()
+    assert language_sample(10, 2000, seed=1).tolist() == list(range(10))
+    assert len(language_sample(10, 0, seed=1)) == 0
 
 
 def test_garbled_and_wrong_script_rows_fail_naming_the_column(tmp_path):
     paths = corpus(tmp_path, [*GOOD_TRAIN, ("| 12 | 3.5 | 4.7 |", "| 12 | 3,5 | 4,7 |"), ("A cat.", "Кошка.")])
 
     with pytest.raises(ValidationFailed):
-        validate.run(parse({"validate": {"language_sample": 0}}), paths)
+        validate.run(tiny_corpus_params({"validate": {"language_sample": 0}}), paths)
 
     train = metrics_of(paths)["splits"]["train"]
     assert failed_columns(train) == ["src_letter_share", "tgt_letter_share", "tgt_script_share"]

@@ -1,0 +1,107 @@
+"""The ONNX graphs: encoder.onnx and the KV-cached decoder.onnx, weights inside, every batch and length dim dynamic.
+
+Caches are one (rows, heads, length, head_dim) tensor per layer and kind: stacking them would make the graph split
+and re-stack the whole cache at every step. Sentences, rows, source length, cache length and new-token length are
+all dynamic (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`). Names and layout: pipeline/export_format.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+
+from pipeline.export_format import ENCODER_INPUTS, ONNX_FILES, decoder_inputs, decoder_outputs, encoder_outputs
+from stages.export.quiet import quiet_exporters
+from stages.export.wrappers import export_wrappers
+
+log = logging.getLogger("mtpipe.export")
+
+
+@dataclass(frozen=True)
+class GraphExport:
+    """What torch.onnx.export needs for one graph."""
+
+    module: torch.nn.Module
+    args: tuple[Any, ...]
+    input_names: list[str]
+    output_names: list[str]
+    dynamic_shapes: dict[str, Any]
+
+
+def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int) -> dict[str, GraphExport]:
+    """The encoder's and the cached decoder's export jobs, with example inputs where no dim is 0 or 1."""
+    encoder, decoder = export_wrappers(model, beam)
+    layers = model.config.decoder_layers
+    max_positions = model.config.max_position_embeddings
+    batch = torch.export.Dim("batch")  # sentences
+    rows = torch.export.Dim("rows")  # hypotheses: sentences x beams
+    past_rows = torch.export.Dim("past_rows")  # rows of the cache the hypotheses continue from
+    src_len = torch.export.Dim("src_len", max=max_positions)
+    past_len = torch.export.Dim("past_len", max=max_positions)
+    new_len = torch.export.Dim("new_len", max=max_positions)
+    with torch.no_grad():
+        _, *cross_cache = encoder(example["input_ids"], example["attention_mask"])
+    # 2 sentences x 3 beams continuing from a cache of 4 rows (2 sentences x 2 beams, as after a step that dropped
+    # a sentence), 3 tokens long, for 2 new tokens: no dim is 0 or 1, which torch.export would specialise, and
+    # rows, cache rows and sentences differ. Every cache tensor must be a distinct object: the exporter merges
+    # inputs that are the same tensor into one graph input.
+    generator = torch.Generator().manual_seed(0)
+    _, heads, _, head_dim = cross_cache[0].shape
+    beams_per_sentence = 3
+    decoder_input_ids = example["decoder_input_ids"][:, :2].repeat_interleave(beams_per_sentence, dim=0)
+    cache_rows = torch.tensor([0, 1, 1, 2, 3, 3])
+    self_cache = [torch.randn(4, heads, 3, head_dim, generator=generator) for _ in range(2 * layers)]
+    return {
+        "encoder": GraphExport(
+            encoder,
+            (example["input_ids"], example["attention_mask"]),
+            list(ENCODER_INPUTS),
+            encoder_outputs(layers),
+            {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}},
+        ),
+        "decoder": GraphExport(
+            decoder,
+            (decoder_input_ids, example["attention_mask"], cache_rows, self_cache, cross_cache),
+            decoder_inputs(layers),
+            decoder_outputs(layers),
+            {
+                "decoder_input_ids": {0: rows, 1: new_len},
+                "encoder_attention_mask": {0: batch, 1: src_len},
+                "cache_rows": {0: rows},
+                "self_cache": [{0: past_rows, 2: past_len}] * (2 * layers),
+                "cross_cache": [{0: batch, 2: src_len}] * (2 * layers),
+            },
+        ),
+    }
+
+
+def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: int, beam: int) -> dict[str, float]:
+    """Write encoder.onnx and decoder.onnx into `out` (the decoder returns the candidates a beam of width `beam`
+    needs); returns the seconds per graph."""
+    seconds = {}
+    for graph, job in graph_exports(model, example, beam).items():
+        path = out / ONNX_FILES[graph]
+        log.info("exporting the %s to ONNX (opset %d)", graph, opset)
+        start = time.perf_counter()
+        with quiet_exporters(), torch.no_grad():
+            torch.onnx.export(
+                job.module,
+                job.args,
+                str(path),
+                dynamo=True,
+                external_data=False,
+                opset_version=opset,
+                input_names=job.input_names,
+                output_names=job.output_names,
+                dynamic_shapes=job.dynamic_shapes,
+                verbose=False,
+            )
+        seconds[graph] = round(time.perf_counter() - start, 2)
+        onnx.checker.check_model(str(path))
+    return seconds

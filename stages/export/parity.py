@@ -1,0 +1,121 @@
+"""The parity check: every exported format against the model as PyTorch runs it, on the parity sentences.
+
+Sentences are run in padded batches of PARITY_BATCH. Per batch, graph_diffs.py measures the fp32 ONNX and the
+TorchScript graphs' outputs against PyTorch's, and greedy_agreement.py decodes greedily with PyTorch and every
+other runtime (fp32 and int8 ONNX, CTranslate2). The report holds the largest difference over all batches per
+figure and the greedy agreement; gate.py decides what fails the stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline.decoding import SpecialIds, output_limit, pad_batch
+from pipeline.export_format import CTRANSLATE2_DIR, ONNX_FILES, ONNX_INT8_FILES, Generation
+from pipeline.params import ExportParams
+from pipeline.translate import OnnxSeq2Seq
+from stages.export.graph_diffs import ONNX_DIFFS, TORCHSCRIPT_DIFFS, ParityBatch, onnx_diffs, torchscript_diffs, worst
+from stages.export.greedy_agreement import greedy_outputs, greedy_report
+from stages.export.torchscript import load_torchscript
+from stages.export.wrappers import export_wrappers
+
+ORT_THREADS = 2
+# Parity sentences are run in batches of this many (padded), which bounds the teacher-forced logits' memory.
+PARITY_BATCH = 16
+
+
+@dataclass(frozen=True)
+class ParityRuntimes:
+    """The exported formats, loaded: ONNX sessions by format name ("onnx", "onnx_int8"), the TorchScript
+    (encoder, decoder), a CTranslate2 translator; each only where exported."""
+
+    onnx: dict[str, OnnxSeq2Seq]
+    torchscript: tuple[Any, Any] | None
+    ctranslate2: Any | None
+
+    def decode_greedily(self) -> bool:
+        """Whether any runtime decodes (TorchScript alone is compared on its graphs only)."""
+        return bool(self.onnx) or self.ctranslate2 is not None
+
+
+def load_runtimes(out: Path, settings: ExportParams) -> ParityRuntimes:
+    onnx: dict[str, OnnxSeq2Seq] = {}
+    if settings.onnx:
+        onnx["onnx"] = OnnxSeq2Seq(out / ONNX_FILES["encoder"], out / ONNX_FILES["decoder"], ORT_THREADS)
+        if settings.int8:
+            onnx["onnx_int8"] = OnnxSeq2Seq(out / ONNX_INT8_FILES["encoder"], out / ONNX_INT8_FILES["decoder"],
+                                            ORT_THREADS)
+    ctranslate2 = None
+    if settings.ctranslate2:
+        import ctranslate2 as ct2
+
+        ctranslate2 = ct2.Translator(str(out / CTRANSLATE2_DIR), device="cpu", inter_threads=1,
+                                     intra_threads=ORT_THREADS)
+    return ParityRuntimes(onnx, load_torchscript(out) if settings.torchscript else None, ctranslate2)
+
+
+def reference_batch(model: Any, reference_encoder: Any, sources: list[list[int]], targets: list[list[int]],
+                    special_ids: SpecialIds) -> ParityBatch:
+    """A padded batch of pairs with the PyTorch model's encoder states, cross caches and teacher-forced logits."""
+    ids, mask = pad_batch(sources, special_ids.pad)
+    decoder_ids, decoder_mask = pad_batch([[special_ids.start, *t[:-1]] for t in targets], special_ids.pad)
+    input_ids, attention_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    with torch.no_grad():
+        hidden, *cross = (x.numpy() for x in reference_encoder(input_ids, attention_mask))
+        logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                       decoder_input_ids=torch.from_numpy(decoder_ids)).logits.numpy()
+    return ParityBatch(sources, ids, mask, decoder_ids, decoder_mask, hidden, cross, logits)
+
+
+def _keep_worst(figures: dict[str, float], batch_figures: dict[str, float]) -> None:
+    for name, value in batch_figures.items():
+        figures[name] = worst(figures[name], value)
+
+
+def check_parity(
+    model: Any,
+    tokenizer: Any,
+    out: Path,
+    settings: ExportParams,
+    generation: Generation,
+    special_ids: SpecialIds,
+    sources: list[list[int]],
+    targets: list[list[int]],
+    references: list[str],
+) -> dict[str, Any]:
+    """Compare every exported format in `out` with the PyTorch model on the parity pairs; returns the figures.
+    Greedy decoding follows the length rule of `generation` (the manifest's)."""
+    model_config = model.config
+    runtimes = load_runtimes(out, settings)
+    reference_encoder, _ = export_wrappers(model)
+    diffs: dict[str, dict[str, float]] = {}
+    if "onnx" in runtimes.onnx:
+        diffs["onnx"] = dict.fromkeys(ONNX_DIFFS, 0.0)
+    if runtimes.torchscript is not None:
+        diffs["torchscript"] = dict.fromkeys(TORCHSCRIPT_DIFFS, 0.0)
+    hyps: dict[str, list[list[int]]] = {}
+    for start in range(0, len(sources), PARITY_BATCH):
+        batch = reference_batch(model, reference_encoder, sources[start : start + PARITY_BATCH],
+                                targets[start : start + PARITY_BATCH], special_ids)
+        if "onnx" in diffs:
+            _keep_worst(diffs["onnx"], onnx_diffs(runtimes.onnx["onnx"], batch))
+        if "torchscript" in diffs:
+            _keep_worst(diffs["torchscript"], torchscript_diffs(runtimes.torchscript, batch))
+        if runtimes.decode_greedily():
+            # One length limit for the whole batch, as generate applies it, so every runtime decodes the same way.
+            limit = output_limit(batch.input_ids.shape[1], generation.max_len_a, generation.max_len_b,
+                                 model_config.max_position_embeddings)
+            for name, ids in greedy_outputs(model, runtimes.onnx, runtimes.ctranslate2, tokenizer, batch, limit,
+                                            special_ids).items():
+                hyps.setdefault(name, []).extend(ids)
+
+    report: dict[str, Any] = {"n_sentences": len(sources)}
+    for fmt, figures in diffs.items():
+        report[fmt] = {f"{name}_max_abs_diff": value for name, value in figures.items()}
+    if hyps:
+        report.update(greedy_report(hyps, tokenizer, references, special_ids.pad))
+    return report

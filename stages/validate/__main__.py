@@ -1,0 +1,4 @@
+from pipeline.stage import main
+from stages.validate import run
+
+main(run, "validate")

@@ -1,0 +1,103 @@
+"""One source of defaults: every key of the schema is in params.yaml, at the schema's default where it has one.
+
+A default that differs from the file would be a second, hidden setting: a user deleting a line from params.yaml
+would get a value they never saw. Fields without a default (required) may take any value; the model's architecture
+fields default to "as the preset says" (null), so params.yaml may set them to override the preset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from pipeline.params import PRESETS, ModelParams, Params
+
+REPO = Path(__file__).resolve().parents[2]
+PARAMS_YAML = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+PRESET_OVERRIDES = {f"model.{field}" for field in next(iter(PRESETS.values()))}
+
+
+def schema_keys(model: type[BaseModel], prefix: str = "") -> dict[str, Any]:
+    """Each leaf key of the schema as a dotted path -> its default (PydanticUndefined when it has none)."""
+    keys: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        key = prefix + (field.alias or name)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys.update(schema_keys(annotation, key + "."))
+        else:
+            keys[key] = field.get_default(call_default_factory=True)
+    return keys
+
+
+def file_value(dotted: str, params: dict[str, Any] | None = None) -> Any:
+    node: Any = PARAMS_YAML if params is None else params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def as_plain(value: Any) -> Any:
+    """A schema default as YAML would spell it (tuples are lists, dicts stay dicts)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def test_every_schema_key_is_in_params_yaml():
+    missing = []
+    for key in schema_keys(Params):
+        try:
+            file_value(key)
+        except KeyError:
+            missing.append(key)
+    assert not missing, f"params.yaml lacks these schema keys: {missing}"
+
+
+def test_every_default_is_the_value_params_yaml_sets():
+    differing = {}
+    for key, default in schema_keys(Params).items():
+        if default is PydanticUndefined or key in PRESET_OVERRIDES:
+            continue
+        value = file_value(key)
+        if as_plain(default) != value:
+            differing[key] = {"schema": default, "params.yaml": value}
+    assert not differing, f"schema defaults that contradict params.yaml: {differing}"
+
+
+@pytest.mark.parametrize("config", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_config_names_every_key_so_a_default_never_changes_its_run(config):
+    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+    missing = []
+    for key in schema_keys(Params):
+        try:
+            file_value(key, raw)
+        except KeyError:
+            missing.append(key)
+    assert not missing, f"{config.name} lacks {missing}"
+
+
+def test_the_preset_overrides_default_to_the_preset():
+    assert PRESET_OVERRIDES == {f"model.{k}" for k in ("d_model", "encoder_layers", "decoder_layers",
+                                                       "attention_heads", "ffn_dim", "dropout")}
+    for key in PRESET_OVERRIDES:
+        assert ModelParams.model_fields[key.removeprefix("model.")].default is None, key
+
+
+def test_the_walk_sees_every_section_and_fails_on_a_missing_key(monkeypatch):
+    keys = schema_keys(Params)
+    assert {k.split(".")[0] for k in keys} == {"data", "clean", "validate", "tokenize", "model", "train", "evaluate",
+                                               "export", "card"}
+    trimmed = {**PARAMS_YAML, "train": {k: v for k, v in PARAMS_YAML["train"].items() if k != "lr"}}
+    monkeypatch.setitem(globals(), "PARAMS_YAML", trimmed)
+    try:
+        test_every_schema_key_is_in_params_yaml()
+    except AssertionError as err:
+        assert "train.lr" in str(err)
+    else:
+        raise AssertionError("a key missing from params.yaml went unnoticed")
