@@ -1,0 +1,84 @@
+"""pipeline/serve/settings.py, pipeline/serve/languages.py and `mtpipe serve`'s flags: a bad setting or an export
+that names no languages stops the command before anything loads or listens, with the flag or file in the message."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from pipeline.cli import _add_serve_parser, main
+from pipeline.export_format import ExportDirError
+from pipeline.serve.languages import ModelLanguages, UnsupportedLanguage
+from pipeline.serve.settings import ServeSettings, SettingsError, flag
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("workers", 0, "--workers must be at least 1, got 0"),
+        ("max_batch_tokens", 0, "--max-batch-tokens must be at least 1, got 0"),
+        ("max_line_tokens", 1, "--max-line-tokens must be at least 2, got 1"),
+        ("beam", 0, "--beam must be at least 1, got 0"),
+        ("port", 70000, "--port must be within 0-65535, got 70000"),
+        ("max_wait_ms", -1.0, "--max-wait-ms must not be negative, got -1.0"),
+        ("request_timeout_s", 0.0, "--request-timeout-s must be positive, got 0.0"),
+        ("max_queued_lines", 10, "--max-queued-lines (10) must be at least --max-lines (128)"),
+    ],
+)
+def test_an_out_of_range_setting_is_refused_naming_its_flag(field, value, message):
+    with pytest.raises(SettingsError) as caught:
+        ServeSettings(model_dir="unused", **{field: value})
+    assert message in str(caught.value)
+
+
+def test_every_setting_is_set_by_the_flag_its_errors_name():
+    parser = argparse.ArgumentParser()
+    _add_serve_parser(parser.add_subparsers(dest="command"))
+    switches = {"int8", "access_log"}
+    for name in ServeSettings.__dataclass_fields__:
+        if name == "model_dir":
+            assert parser.parse_args(["serve", "--model", "x"]).model_dir == "x"
+        elif name in switches:
+            assert getattr(parser.parse_args(["serve", flag(name)]), name) is True
+        elif name == "host":
+            assert parser.parse_args(["serve", "--host", "0.0.0.0"]).host == "0.0.0.0"
+        else:
+            assert getattr(parser.parse_args(["serve", flag(name), "3"]), name) == 3, name
+
+
+def test_the_command_stops_on_a_bad_setting_before_loading_anything(capsys, tmp_path):
+    assert main(["serve", "--model", str(tmp_path), "--workers", "0"]) == 1
+    assert "mtpipe serve: --workers must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_command_stops_on_a_directory_that_is_not_an_export(capsys, tmp_path):
+    assert main(["serve", "--model", str(tmp_path)]) == 1
+    assert f"{tmp_path / 'tokenizer_config.json'} not found: is {tmp_path} an export directory" in \
+        capsys.readouterr().err
+
+
+def test_the_language_pair_is_the_one_the_export_tokenizer_names(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    languages = ModelLanguages.of_export(tmp_path)
+    assert languages == ModelLanguages("en", ("de",))
+    assert languages.listing() == [{"code": "en", "name": "en", "targets": ["de"]}]
+    languages.check("auto", "de")
+    with pytest.raises(UnsupportedLanguage, match="target 'en' is not one of this model's targets: 'de'"):
+        languages.check("en", "en")
+
+
+def test_a_model_with_several_targets_accepts_each_of_them():
+    languages = ModelLanguages("en", ("de", "fr"))
+    for target in ("de", "fr"):
+        languages.check("en", target)
+    with pytest.raises(UnsupportedLanguage, match="target 'cs' is not one of this model's targets: 'de', 'fr'"):
+        languages.check("en", "cs")
+    assert languages.listing() == [{"code": "en", "name": "en", "targets": ["de", "fr"]}]
+
+
+def test_an_export_whose_tokenizer_names_no_languages_is_refused(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en"}))
+    with pytest.raises(ExportDirError, match="names no language pair"):
+        ModelLanguages.of_export(tmp_path)
