@@ -117,8 +117,9 @@ class StopBenchmark(Exception):
 class StepClock:
     """Time and real target tokens seen at every optimizer step, the same way for both trainers.
 
-    A global optimizer-step hook stamps the time; the trainer's collate function counts the target tokens of
-    every batch it builds (ours builds a batch just before using it; hf's DataLoader runs in the main process).
+    A global optimizer-step hook stamps the time; the tokens are counted as each update's batches are used (ours:
+    as the loop takes an update from its batch thread, which builds them ahead; hf: in its collate function, as
+    its DataLoader runs in the main process just before the batch is used).
     Throughput is the median over the updates after the warm-up of (the update's target tokens / its wall time):
     on a shared machine a burst of load from other processes slows a few updates, not the median. The plain
     ratio over the whole span is reported beside it. The hook ends the run (by raising StopBenchmark) --seconds
@@ -175,6 +176,14 @@ def train_params(args: argparse.Namespace) -> dict[str, Any]:
     ).model_dump()
 
 
+def decoding_settings() -> dict[str, Any]:
+    """The evaluate stage's output length rule, which the loop's train-time BLEU uses (off here)."""
+    from pipeline.params import EvaluateParams
+
+    evaluate = EvaluateParams()
+    return {"max_len_a": evaluate.max_len_a, "max_len_b": evaluate.max_len_b}
+
+
 def model_settings() -> dict[str, Any]:
     from pipeline.params import ModelParams
     from stages.train.model import model_spec
@@ -185,27 +194,26 @@ def model_settings() -> dict[str, Any]:
 def run_ours(args: argparse.Namespace, work: Path, name: str = "ours") -> dict[str, Any]:
     """The training stage's loop, stopped by the clock's hook."""
     from stages.train import loop
-    from stages.train.batching import Collator
 
     root = work / name
     (root / "data").mkdir(parents=True)
     os.symlink(work / "data" / "tokenized", root / "data" / "tokenized")
-    spec = {"root": str(root), "train": train_params(args), "model": model_settings()}
+    spec = {"root": str(root), "train": train_params(args), "model": model_settings(),
+            "evaluate": decoding_settings()}
     clock = StepClock(args.warmup_steps, args.seconds, args.max_updates)
-    collate = Collator.__call__
+    forward_backward = loop.forward_backward
 
-    def counting(self, indices):  # noqa: ANN001
-        batch = collate(self, indices)
-        clock.count(batch.tgt_tokens, batch.src_tokens, batch.padded_tokens)
-        return batch
+    def counting(run, update):  # noqa: ANN001
+        clock.count(update.tgt_tokens, update.src_tokens, update.padded_tokens)
+        return forward_backward(run, update)
 
-    Collator.__call__ = counting
+    loop.forward_backward = counting
     try:
         loop.train(spec)
     except StopBenchmark:
         pass
     finally:
-        Collator.__call__ = collate
+        loop.forward_backward = forward_backward
     return clock.result()
 
 
@@ -272,7 +280,7 @@ def profile_ours(args: argparse.Namespace, work: Path) -> None:
     train = train_params(args)
     train["max_steps"] = args.profile + 11
     with prof:
-        loop.train({"root": str(root), "train": train, "model": model_settings()})
+        loop.train({"root": str(root), "train": train, "model": model_settings(), "evaluate": decoding_settings()})
     hook.remove()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 

@@ -6,9 +6,15 @@ DVCLive curves. A run that finds a matching `models/checkpoints/last.pt` (left b
 finished run whose max_steps was raised) continues from it exactly; see checkpoint.py.
 
 The torchrun workers get the validated params as a plain JSON spec (`python -m stages.train.loop spec.json`),
-so they need neither pydantic nor yaml. Under a torchrun started by hand (several machines, see the README),
-`python -m stages.train params.yaml` trains in each worker process; `models/checkpoints` must then be on a
-filesystem every node sees for a resume to find it.
+so they need neither pydantic nor yaml; the spec also carries the output length rule train-time BLEU decodes
+with (the evaluate stage's default `max_len_a`/`max_len_b`, so tuning evaluate.* does not retrain).
+`train.nproc` above the GPU count stops here with a clear error.
+Under a torchrun started by hand (several machines, see the README), `python -m stages.train params.yaml`
+trains in each worker process; `models/checkpoints` must then be on a filesystem every node sees: rank 0
+decides whether to resume, and a rank that sees a different checkpoint stops the run (resume.py).
+
+What repeats exactly: on CPUs, every run (same seed, data and threads) bit for bit, and a resumed run as the
+uninterrupted one; on CUDA, up to GPU kernel non-determinism unless `train.deterministic: true` (loop.py).
 """
 
 from __future__ import annotations
@@ -31,21 +37,35 @@ log = logging.getLogger("mtpipe.train")
 
 
 def resolve_nproc(nproc: int | str) -> int:
-    if nproc != "auto":
-        return int(nproc)
+    """train.nproc as a process count: 'auto' is one per GPU (1 without); more processes than GPUs is an error
+    on a GPU machine (without GPUs they share the CPU through gloo)."""
     import torch
 
-    return max(torch.cuda.device_count(), 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if nproc == "auto":
+        return max(gpus, 1)
+    if gpus and int(nproc) > gpus:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise PipelineError(f"train.nproc = {nproc}, but this machine has {gpus} GPU(s)"
+                            f"{f' visible (CUDA_VISIBLE_DEVICES={visible})' if visible is not None else ''}: "
+                            f"set train.nproc to at most {gpus}, or to auto")
+    return int(nproc)
 
 
 def train_spec(params: Params, paths: Paths) -> dict[str, Any]:
-    """What the loop needs, as plain JSON-able data (no pydantic objects cross into the training processes)."""
+    """What the loop needs, as plain JSON-able data (no pydantic objects cross into the training processes):
+    the train params, the model settings, and the output length rule train-time BLEU decodes with."""
+    from pipeline.params import EvaluateParams
     from stages.train.model import model_spec
 
+    # Train-time BLEU is a training curve, not the reported score: it decodes with the schema's default length
+    # rule rather than params.evaluate's, so that tuning decoding (evaluate.*) never retrains the model.
+    default_length = {key: EvaluateParams.model_fields[key].default for key in ("max_len_a", "max_len_b")}
     return {
         "root": str(paths.root.resolve()),
         "train": params.train.model_dump(),
         "model": model_spec(params.model),
+        "evaluate": default_length,
         "metrics_file": str(paths.metrics("train").resolve()),
     }
 
@@ -54,8 +74,8 @@ def run(params: Params, paths: Paths, params_file: str = "params.yaml") -> dict[
     """Train; `params_file` is only named in the log (torchrun workers get the validated spec, not the file)."""
     if not (paths.tokenized / "meta.json").exists():
         raise MissingArtifact(paths.tokenized / "meta.json", "tokenize")
-    spec = train_spec(params, paths)
     nproc = resolve_nproc(params.train.nproc)
+    spec = train_spec(params, paths)
     if nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _launch_torchrun(nproc, paths, spec, params_file)
 

@@ -13,6 +13,7 @@ rank that ran out early would hang the others in all-reduce). numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,36 @@ def update_target_tokens(batch_tgt_tokens: np.ndarray, epoch: int, seed: int, pe
     return batch_tgt_tokens[order].reshape(-1, per_update).sum(axis=1)
 
 
+@dataclass(frozen=True)
+class PlannedUpdate:
+    """One update of the run: where it sits in the data and which batches (this rank's micro-batches) it takes."""
+
+    epoch: int
+    index: int  # position in the epoch's list of updates
+    epoch_updates: int  # how many updates the epoch has
+    target_tokens: int  # real target tokens of the whole update, every rank and micro-batch (the loss normaliser)
+    batches: list[np.ndarray]  # this rank's micro-batches, in order
+
+    @property
+    def ends_epoch(self) -> bool:
+        return self.index + 1 == self.epoch_updates
+
+
+def planned_updates(batches: list[np.ndarray], batch_tgt_tokens: np.ndarray, seed: int, rank: int, world: int,
+                    update_freq: int, epoch: int = 1, update_in_epoch: int = 0) -> Iterator[PlannedUpdate]:
+    """Every update from (epoch, update_in_epoch) on, epoch after epoch, without end (the loop decides when to stop).
+
+    A pure function of its arguments: a resumed run, given the checkpoint's position, plans the updates the
+    uninterrupted run would have taken."""
+    per_update = world * update_freq
+    while True:
+        mine = epoch_batches(batches, epoch, seed, rank, world, update_freq)
+        tokens = update_target_tokens(batch_tgt_tokens, epoch, seed, per_update)
+        for u in range(update_in_epoch, len(tokens)):
+            yield PlannedUpdate(epoch, u, len(tokens), int(tokens[u]), mine[u * update_freq : (u + 1) * update_freq])
+        epoch, update_in_epoch = epoch + 1, 0
+
+
 @dataclass
 class Batch:
     input_ids: np.ndarray
@@ -72,9 +103,17 @@ class Batch:
     def padded_tokens(self) -> int:
         return self.input_ids.size + self.labels.size
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The model's inputs and labels by name."""
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                "decoder_input_ids": self.decoder_input_ids, "labels": self.labels}
+
 
 class Collator:
-    """Pad a batch of pairs: source + </s>; decoder input = <pad>(start) + target[:-1]; labels = target + </s>."""
+    """Pad a batch of pairs: source + </s>; decoder input = <pad>(start) + target[:-1]; labels = target + </s>.
+
+    Whole-batch numpy: each side is one gather from the memory-mapped tokens through a (rows x width) position
+    matrix, so the cost does not grow with a Python loop over rows."""
 
     def __init__(self, src: TokenArray, tgt: TokenArray, pad_id: int, max_len: int):
         self.src, self.tgt, self.pad_id, self.max_len = src, tgt, pad_id, max_len
@@ -84,8 +123,11 @@ class Collator:
 
     def target_tokens(self, batches: list[np.ndarray]) -> np.ndarray:
         """Real target tokens (labels) of each batch, as the collated batch will count them."""
+        if not batches:
+            return np.zeros(0, dtype=np.int64)
         tgt = self.lengths()[1]
-        return np.array([int(tgt[b].sum()) for b in batches], dtype=np.int64)
+        starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+        return np.add.reduceat(tgt[np.concatenate(batches)], starts).astype(np.int64)
 
     def truncated(self) -> int:
         return int(((self.src.lengths > self.max_len) | (self.tgt.lengths > self.max_len)).sum())
@@ -94,22 +136,35 @@ class Collator:
         # Truncation keeps the final </s> so the model still learns where sentences end.
         return seq if len(seq) <= self.max_len else np.append(seq[: self.max_len - 1], seq[-1])
 
+    def padded(self, side: TokenArray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, inside, lengths): the sentences clipped as `clip` does, left-aligned in a rows x longest matrix
+        (positions past a sentence's end hold token 0 and inside=False)."""
+        starts, ends = side.offsets[indices], side.offsets[indices + 1]
+        lengths = np.minimum(ends - starts, self.max_len)
+        width = int(lengths.max()) if len(indices) else 0
+        columns = np.arange(width)
+        positions = starts[:, None] + columns[None, :]
+        truncated = ends - starts > self.max_len
+        if truncated.any():  # then width == max_len; the kept last column reads the sentence's </s>
+            positions[truncated, self.max_len - 1] = ends[truncated] - 1
+        inside = columns[None, :] < lengths[:, None]
+        return side.tokens[np.where(inside, positions, 0)].astype(np.int64), inside, lengths
+
     def __call__(self, indices: np.ndarray) -> Batch:
-        srcs = [self.clip(self.src[i]) for i in indices]
-        tgts = [self.clip(self.tgt[i]) for i in indices]
-        n, s_len, t_len = len(indices), max(map(len, srcs)), max(map(len, tgts))
-        input_ids = np.full((n, s_len), self.pad_id, dtype=np.int64)
-        labels = np.full((n, t_len), IGNORE_INDEX, dtype=np.int64)
-        decoder_input_ids = np.full((n, t_len), self.pad_id, dtype=np.int64)
-        for row, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
-            input_ids[row, : len(s)] = s
-            labels[row, : len(t)] = t
-            decoder_input_ids[row, 1 : len(t)] = t[:-1]
+        indices = np.asarray(indices, dtype=np.int64)
+        src, src_inside, src_len = self.padded(self.src, indices)
+        tgt, tgt_inside, tgt_len = self.padded(self.tgt, indices)
+        input_ids = np.where(src_inside, src, self.pad_id)
+        labels = np.where(tgt_inside, tgt, IGNORE_INDEX)
+        decoder_input_ids = np.full(labels.shape, self.pad_id, dtype=np.int64)
+        # Column j > 0 is the target's token j - 1, for j < its length (its final </s> is never an input).
+        shifted_inside = np.arange(labels.shape[1] - 1)[None, :] < (tgt_len - 1)[:, None]
+        decoder_input_ids[:, 1:] = np.where(shifted_inside, tgt[:, :-1], self.pad_id)
         return Batch(
             input_ids=input_ids,
             attention_mask=(input_ids != self.pad_id).astype(np.int64),
             decoder_input_ids=decoder_input_ids,
             labels=labels,
-            src_tokens=sum(map(len, srcs)),
-            tgt_tokens=sum(map(len, tgts)),
+            src_tokens=int(src_len.sum()),
+            tgt_tokens=int(tgt_len.sum()),
         )

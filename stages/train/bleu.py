@@ -6,8 +6,9 @@ Scored with sacreBLEU's defaults (13a, cased), as the evaluate stage scores; but
 detokenized SentencePiece pieces (normalised text) and the search is greedy, so the figure is a training
 signal that tracks, not equals, the evaluate stage's beam-search BLEU on the original text.
 `stages.evaluate.translate`/`score` are not reused: importing that module pulls in the Parquet readers, and
-its `translate` re-tokenizes text that is already encoded here; the batching by tokens is the shared one
-(`pipeline.translate`, numpy only).
+its `translate` re-tokenizes text that is already encoded here. The batching by tokens, the padding and the
+output length rule are the shared ones (`pipeline.decoding`, numpy only; the length rule with the evaluate
+stage's default `max_len_a` and `max_len_b`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.translate import pad_batch, token_batches
+from pipeline.decoding import output_limit, pad_batch, token_batches
 from stages.train.batching import Collator
 
 log = logging.getLogger("mtpipe.train")
 
 
 class ValidBleu:
-    def __init__(self, valid: Collator, tokenizer_dir: Path, sentences: int, seed: int, max_tokens: int):
+    def __init__(self, valid: Collator, tokenizer_dir: Path, sentences: int, seed: int, max_tokens: int,
+                 max_len_a: float, max_len_b: int):
         self.enabled = False
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
         if sentences == 0:
             return
         try:
@@ -53,16 +56,18 @@ class ValidBleu:
         hyps = [""] * len(self.sources)
         was_training = model.training
         model.eval()
+        max_positions = model.config.max_position_embeddings
         for batch in token_batches([len(s) for s in self.sources], self.max_tokens):
             ids, mask = pad_batch([self.sources[i] for i in batch], self.pad_id)
+            # max_length counts the decoder's start token besides the output_limit tokens.
+            max_length = output_limit(ids.shape[1], self.max_len_a, self.max_len_b, max_positions) + 1
             with torch.inference_mode(), autocast():
                 out = model.generate(
                     input_ids=torch.from_numpy(ids).to(device),
                     attention_mask=torch.from_numpy(mask).to(device),
                     num_beams=1,
                     do_sample=False,
-                    # The evaluate stage's default length limit (1.2 x source + 10), + 1 for the start token.
-                    max_length=int(1.2 * ids.shape[1] + 10) + 1,
+                    max_length=max_length,
                 )
             for i, text in zip(batch, self.tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
                 hyps[i] = text

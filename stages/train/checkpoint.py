@@ -14,8 +14,9 @@ one: a run killed at any moment leaves either the previous checkpoint or the new
 A checkpoint records a fingerprint of everything that shapes the training trajectory (model settings, the
 optimisation params, the process count, the encoded data). A resumed run must match it; otherwise training
 starts from scratch and says why, instead of silently continuing a different configuration. Limits (max_steps,
-max_epochs, max_minutes), logging, validation and checkpoint frequencies are not part of it: raising max_steps
-continues a finished run. Imports only torch and numpy.
+max_epochs, max_minutes), logging, validation and checkpoint frequencies, threads and `deterministic` are not
+part of it: raising max_steps continues a finished run. Each save also writes a random `save_id`, by which the
+ranks of a distributed run check that they resume the very same file (resume.py). Imports only torch and numpy.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Training curves through DVCLive (rank 0 only: DVCLive is not rank-aware), and the system figures beside them.
 
 System figures are sampled at each logging step, in the training process, so they share the curves' x axis:
-CPU use and resident memory (psutil, which DVCLive depends on), and on a GPU its utilisation (NVML, when
-available) and the peak memory allocated by PyTorch, what users otherwise watch in nvidia-smi. DVCLive's own
+CPU use and resident memory (psutil, which DVCLive depends on), and on a GPU its utilisation (NVML through the
+`nvidia-ml-py` package: the share of the last sampling period, up to a second, in which a kernel ran) and the
+peak memory allocated by PyTorch since the run started (a running peak, never reset), what users otherwise watch
+in nvidia-smi. Without NVML the utilisation is left out and the log says so once. DVCLive's own
 `monitor_system` is not used: it samples in a background thread that writes into the same `Live` object the
 loop writes to (nothing synchronises the two), and its GPU "usage" divides memory-controller activity by
 compute activity (see dvclive/monitor_system.py) rather than reporting utilisation.
@@ -23,6 +25,8 @@ log = logging.getLogger("mtpipe.train")
 class SystemFigures:
     def __init__(self, device: Any):
         self.device = device
+        self.gpu_mem_peak_gb = 0.0
+        self.gpu_util_available = True
         try:
             import psutil
         except ImportError:
@@ -43,20 +47,24 @@ class SystemFigures:
             figures["system/rss_gb"] = self.process.memory_info().rss / 2**30
             figures["system/ram_used_percent"] = psutil.virtual_memory().percent
         if self.device.type == "cuda":
-            try:
-                figures["system/gpu_util_percent"] = float(torch.cuda.utilization(self.device))
-            except Exception:  # no NVML bindings (pynvml) installed
-                pass
-            figures["system/gpu_mem_peak_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            if self.gpu_util_available:
+                try:
+                    figures["system/gpu_util_percent"] = float(torch.cuda.utilization(self.device))
+                except Exception as err:  # no NVML bindings (nvidia-ml-py), or NVML without this device
+                    self.gpu_util_available = False
+                    log.warning("GPU utilisation is not logged: %s (it needs nvidia-ml-py and the NVIDIA driver)",
+                                err)
+            # The largest of every reading: a running peak even if something else resets torch's statistics.
+            self.gpu_mem_peak_gb = max(self.gpu_mem_peak_gb, torch.cuda.max_memory_allocated(self.device) / 2**30)
+            figures["system/gpu_mem_peak_gb"] = self.gpu_mem_peak_gb
             figures["system/gpu_mem_reserved_gb"] = torch.cuda.memory_reserved(self.device) / 2**30
-            torch.cuda.reset_peak_memory_stats(self.device)
         return figures
 
 
 class Logger:
     """DVCLive on rank 0 when it is installed; plain logging always."""
 
-    def __init__(self, directory: Path, enabled: bool, history: list[dict[str, float]]):
+    def __init__(self, directory: Path, enabled: bool):
         self.live = None
         if not enabled:
             return
@@ -66,12 +74,17 @@ class Logger:
             log.info("dvclive not installed: curves go to the log only")
             return
         # dvcyaml=None: dvc.yaml declares the plots itself; DVCLive must not rewrite it during `dvc repro`.
-        # resume=False: start clean, then replay what the checkpoint holds (steps after it were never saved).
+        # resume=False: start clean; a resumed run then replays what its checkpoint holds (steps after it were
+        # never saved).
         self.live = Live(str(directory), dvcyaml=None, save_dvc_exp=False, report=None, resume=False)
+
+    def replay(self, history: list[dict[str, float]]) -> None:
+        """Write the rows a checkpoint carries, the curves of the run up to it."""
+        if self.live is None or not history:
+            return
         for row in history:
             self._write(row)
-        if history:
-            self.live.make_summary()
+        self.live.make_summary()
 
     def _write(self, row: dict[str, float]) -> None:
         assert self.live is not None

@@ -1,20 +1,41 @@
-"""The training loop: one readable file, nanoGPT-style. DDP and AMP are in plain sight.
+"""The training engine: `train(spec)` = setup -> restore -> fit -> finish, over an explicit `TrainState`.
 
 Run in the stage's own process (`train(spec)`), or by torchrun with one process per device: the stage relaunches
 itself as `torchrun ... -m stages.train.loop spec.json` when `train.nproc` > 1. The spec is plain JSON (the
-validated train params, the model settings, the project root), so this module and its workers import only
-torch, transformers, numpy and, when installed, dvclive (with psutil) and sacrebleu: the loop runs on a GPU
-machine that has nothing else of this project's dependencies (bench/gpu_train.sh runs it there).
+validated train params, the model settings, the evaluate stage's output length rule, the project root), so this
+module and its workers import only torch, transformers, numpy and, when installed, dvclive (with psutil),
+sacrebleu and nvidia-ml-py: the engine runs on a GPU machine that has nothing else of this project's
+dependencies (bench/gpu_check.sh runs it there).
 
 An update consumes `world x update_freq` token-bucketed batches (batching.py says which rank gets which). Its
 gradient is that of the summed token losses of all those batches divided by their real target tokens, so it is
 the same whether the batches are spread over processes or accumulated in one: 2 processes x 1 micro-batch and
 1 process x 2 micro-batches take the same update (up to float rounding; dropout masks differ).
 
+Keeping a GPU busy: the next updates' batches are built in a background thread into pinned memory
+(prefetch.py), and nothing waits for the device in the middle of an update. The optimizer step of an update
+with a non-finite gradient is skipped on the device (fused AdamW takes the flag, as it does from GradScaler);
+the host reads the update's gradient norm one update later, after the next update's forward and backward are
+queued, and only then books it (step count, schedule, skipped updates). Updates after which something happens
+(a log line, validation, a checkpoint, the end of an epoch, the last update) are booked at once, so every such
+event sees the state right after its update, as if nothing were lagged. On CUDA, `precision: fp32` runs its
+matmuls in TF32 on the tensor cores (kernels.py).
+
 Exact resume: models/checkpoints/last.pt (see checkpoint.py) holds the model, optimizer, schedule, GradScaler,
 every rank's RNG states and the data position (epoch + update index in that epoch's batch list, which is a pure
-function of the seed and the epoch). A run started while a matching last.pt exists continues from it and takes
-exactly the updates the uninterrupted run would have taken.
+function of the seed and the epoch). Rank 0 decides whether it resumes and every rank follows (resume.py). A
+run started while a matching last.pt exists continues from it and takes the updates the uninterrupted run would
+have taken.
+
+Determinism: on CPUs a run is exact: the same seed, data and thread count give bit-identical weights, and a
+resumed run the same weights as an uninterrupted one (the tests check both). On CUDA the same holds only up to
+GPU kernel non-determinism (atomic adds in some backward kernels, such as the embedding and attention
+gradients, and cuBLAS algorithms that depend on its workspace), so two runs, or a run and its resume, agree to
+rounding, not bitwise, and drift apart slowly; `train.deterministic: true` asks PyTorch for deterministic
+kernels (kernels.py), at some speed cost, and raises where an op has none (bench/gpu_check.sh checks a bf16
+run and its SIGKILLed resume for identical bits with it). DDP replicas stay bit-identical either way: they
+apply the same all-reduced gradients (the final digest check says so). Dropout masks differ between CPUs and
+GPUs (dropout.py), so a checkpoint moved from one to the other continues, but not along the same path.
 """
 
 from __future__ import annotations
@@ -26,15 +47,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as torch_dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -42,21 +63,21 @@ from pipeline.artifacts import write_json
 from pipeline.errors import PipelineError
 from pipeline.token_arrays import TokenArray
 from stages.train import checkpoint
-from stages.train.batching import (
-    IGNORE_INDEX,
-    Batch,
-    Collator,
-    epoch_batches,
-    length_batches,
-    update_target_tokens,
-)
+from stages.train.batching import IGNORE_INDEX, Collator, PlannedUpdate, length_batches, planned_updates
 from stages.train.bleu import ValidBleu
+from stages.train.distributed import Distributed
+from stages.train.dropout import training_dropout
+from stages.train.kernels import kernel_settings
 from stages.train.live import Logger, SystemFigures
 from stages.train.model import build_model, count_parameters, pad_embedding_rows
+from stages.train.prefetch import Prefetcher, ReadyUpdate
+from stages.train.resume import agreed_resume
 from stages.train.save import save_final
+from stages.train.state import TrainState
 
 log = logging.getLogger("mtpipe.train")
 LN2 = math.log(2)
+PREFETCH_UPDATES = 2  # updates built ahead by the batch thread (0: built in the loop's thread, for comparisons)
 
 
 class TrainingDiverged(PipelineError):
@@ -74,75 +95,6 @@ def inverse_sqrt(step: int, warmup: int) -> float:
     if warmup == 0:
         return 1.0
     return min(step / warmup, math.sqrt(warmup / step))
-
-
-class Distributed:
-    """Rank and world from the torchrun environment; a single process when it is absent."""
-
-    def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.device = torch.device(f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu")
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.world > 1 and not torch_dist.is_initialized():
-            torch_dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo")
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Sum figures over ranks (for logging, validation and the decisions every rank must share)."""
-        if self.world == 1:
-            return values
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        torch_dist.all_reduce(t)
-        return t.tolist()
-
-    def gather(self, obj: Any) -> list[Any]:
-        """Every rank's `obj`, on every rank (only at checkpoints and at the end)."""
-        if self.world == 1:
-            return [obj]
-        out: list[Any] = [None] * self.world
-        torch_dist.all_gather_object(out, obj)
-        return out
-
-    def close(self) -> None:
-        if self.world > 1 and torch_dist.is_initialized():
-            torch_dist.destroy_process_group()
-
-
-def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
-    fields = ("input_ids", "attention_mask", "decoder_input_ids", "labels")
-    return {f: torch.from_numpy(getattr(batch, f)).to(device, non_blocking=True) for f in fields}
-
-
-def uniform_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
-    """torch.nn.functional.dropout with the mask drawn as uniform >= p: the same Bernoulli(1 - p) keep mask and
-    1 / (1 - p) scaling, from the same generator, but on CPUs about 1.6x faster than PyTorch's bernoulli_ (5.5 ->
-    3.5 ms for a 2048 x 256 activation, 2 threads), which made dropout ~9% of a cpu-ref training step."""
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return torch.zeros_like(x)
-    return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
-
-
-@contextmanager
-def cpu_dropout(device: torch.device) -> Iterator[None]:
-    """On CPUs, transformers models call uniform_dropout for torch.nn.functional.dropout inside this block (they
-    call the function, not a module, so it is swapped for the training forward pass only)."""
-    if device.type != "cpu":
-        yield
-        return
-    original = F.dropout
-    F.dropout = uniform_dropout
-    try:
-        yield
-    finally:
-        F.dropout = original
 
 
 def seq2seq_loss(model: Any, inputs: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
@@ -176,330 +128,505 @@ def _injected_failure(rank: int, step: int) -> None:
         raise RuntimeError(f"rank {rank} failed on purpose before update {step} (MTPIPE_TRAIN_FAIL_AT)")
 
 
-def train(spec: dict[str, Any]) -> dict[str, Any]:
-    cfg = SimpleNamespace(**spec["train"])
+def on_device(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Host tensors to the device; asynchronous when they are pinned (a no-op on the CPU)."""
+    return {name: t.to(device, non_blocking=True) for name, t in tensors.items()}
+
+
+@dataclass
+class Run:
+    """What stays fixed for the whole run: its settings, processes, data, model, optimisation and outputs."""
+
+    train_params: SimpleNamespace  # spec["train"]: the validated `train:` params
+    spec: dict[str, Any]
+    root: Path
+    tokenized: Path
+    checkpoints: Path
+    dist: Distributed
+    threads: int
+    train_data: Collator
+    valid_data: Collator
+    batches: list[np.ndarray]
+    batch_tgt_tokens: np.ndarray
+    valid_batches: list[np.ndarray]
+    model: torch.nn.Module  # the bare model: validation, decoding, checkpoints and the final save use it
+    ddp_model: torch.nn.Module  # the model the training forward runs through (DDP-wrapped with several ranks)
+    amp_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    pad_rows: list[torch.Tensor]
+    fingerprint: dict[str, Any]
+    logger: Logger
+    system: SystemFigures
+    bleu: ValidBleu
+
+    @property
+    def device(self) -> torch.device:
+        return self.dist.device
+
+    @property
+    def updates_per_epoch(self) -> int:
+        return len(self.batches) // (self.dist.world * self.train_params.update_freq)
+
+    def autocast(self) -> Any:
+        """AMP, chosen once: bf16 needs no loss scaling; fp16 does (GradScaler); fp32 runs without autocast."""
+        return torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype is not None else nullcontext()
+
+    def dropout(self) -> Any:
+        """The training forward's dropout: the faster uniform masks on CPUs (dropout.py), PyTorch's elsewhere."""
+        return training_dropout(self.device)
+
+
+def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
+    """Data, model, DDP, AMP, optimizer and schedule, before any resume (the initial weights: seed alone)."""
+    train_params = SimpleNamespace(**spec["train"])
     root = Path(spec["root"])
     tokenized = root / "data" / "tokenized"
-    ckpt_dir = root / "models" / "checkpoints"
-    dist = Distributed()
-    device = dist.device
-    threads = cfg.threads or max(1, (os.cpu_count() or 1) // dist.world)
-    torch.set_num_threads(threads)
-    torch.manual_seed(cfg.seed + dist.rank)  # dropout: each rank draws its own masks, as it has its own data
+    # Dropout: each rank draws its own masks, as it has its own data (build_model does not touch this stream).
+    torch.manual_seed(train_params.seed + dist.rank)
 
     # ---- data: pre-encoded arrays, token-bucketed batches fixed once for the whole run ----
     meta = json.loads((tokenized / "meta.json").read_text())
     arrays = {name: TokenArray.open(tokenized / name) for name in ("train.src", "train.tgt", "valid.src", "valid.tgt")}
-    train_data = Collator(arrays["train.src"], arrays["train.tgt"], meta["pad_id"], cfg.max_len)
-    valid_data = Collator(arrays["valid.src"], arrays["valid.tgt"], meta["pad_id"], cfg.max_len)
-    batches = length_batches(*train_data.lengths(), cfg.max_tokens, cfg.seed)
-    batch_tgt_tokens = train_data.target_tokens(batches)
-    valid_batches = length_batches(*valid_data.lengths(), cfg.max_tokens, cfg.seed)
-    per_update = dist.world * cfg.update_freq
+    train_data = Collator(arrays["train.src"], arrays["train.tgt"], meta["pad_id"], train_params.max_len)
+    valid_data = Collator(arrays["valid.src"], arrays["valid.tgt"], meta["pad_id"], train_params.max_len)
+    batches = length_batches(*train_data.lengths(), train_params.max_tokens, train_params.seed)
+    per_update = dist.world * train_params.update_freq
     if len(batches) < per_update:
         raise PipelineError(f"{len(batches)} batches cannot feed one update of {dist.world} process(es) x "
-                            f"update_freq {cfg.update_freq}; lower train.max_tokens or train.update_freq")
+                            f"update_freq {train_params.update_freq}; lower train.max_tokens or train.update_freq")
 
     # ---- model, DDP, AMP, optimizer, schedule ----
-    model = build_model(spec["model"], meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=cfg.seed,
+    model = build_model(spec["model"], meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=train_params.seed,
                         joint_vocab=meta.get("joint", True))
-    model.to(device)
+    model.to(dist.device)
     # DDP wraps the model for the training forward (its hooks all-reduce gradients in backward());
     # validation, decoding and saving use the bare model.
     ddp_model = DDP(model) if dist.world > 1 else model
-    # AMP: chosen once. bf16 needs no loss scaling; fp16 does (GradScaler); fp32 runs without autocast.
-    amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
-
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
-
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    # Fused AdamW: one kernel per parameter group and step, on CPUs as on GPUs.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9,
-                                  weight_decay=cfg.weight_decay, fused=device.type in ("cuda", "cpu"))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, cfg.warmup_steps))
+    amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[train_params.precision]
+    scaler = torch.amp.GradScaler(dist.device.type, enabled=train_params.precision == "fp16")
+    # Fused AdamW: one kernel per parameter group and step, on CPUs as on GPUs; it also takes the on-device
+    # "skip this step" flag (apply_update), which the unfused implementations do not.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train_params.lr, betas=(0.9, 0.98), eps=1e-9,
+                                  weight_decay=train_params.weight_decay, fused=True)
+    warmup = train_params.warmup_steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, warmup))
     # Keep the <pad> embedding rows at zero (Marian/CTranslate2 decode from a zero start vector). A pretrained
     # checkpoint's rows are left as they were trained.
     from_scratch = spec["model"]["init"] == "scratch"
-    pad_rows = pad_embedding_rows(model, meta["pad_id"]) if from_scratch else []
+    bleu_sentences = train_params.valid_bleu_sentences if dist.is_main else 0
+    return Run(
+        train_params=train_params, spec=spec, root=root, tokenized=tokenized,
+        checkpoints=root / "models" / "checkpoints", dist=dist, threads=threads,
+        train_data=train_data, valid_data=valid_data, batches=batches,
+        batch_tgt_tokens=train_data.target_tokens(batches),
+        valid_batches=length_batches(*valid_data.lengths(), train_params.max_tokens, train_params.seed),
+        model=model, ddp_model=ddp_model, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
+        schedule=schedule, pad_rows=pad_embedding_rows(model, meta["pad_id"]) if from_scratch else [],
+        fingerprint=checkpoint.fingerprint(spec, dist.world, tokenized),
+        logger=Logger(root / "dvclive", dist.is_main),
+        system=SystemFigures(dist.device),
+        bleu=ValidBleu(valid_data, tokenized / "hf_tokenizer", bleu_sentences, train_params.seed,
+                       train_params.max_tokens, spec["evaluate"]["max_len_a"], spec["evaluate"]["max_len_b"]),
+    )
 
-    # ---- what a checkpoint carries besides the tensors ----
-    progress: dict[str, Any] = {
-        "step": 0, "epoch": 1, "update_in_epoch": 0, "train_seconds": 0.0, "skipped_updates": 0,
-        "best_valid_loss": math.inf, "best_step": 0, "best_valid_bleu": None, "stale_validations": 0,
-        "last_validated": 0, "last_saved": 0, "history": [],
-        "window": {"loss": 0.0, "tgt": 0, "src": 0, "padded": 0, "seconds": 0.0, "updates": 0},
-    }
-    fingerprint = checkpoint.fingerprint(spec, dist.world, tokenized)
-    resumed = checkpoint.resumable(ckpt_dir / checkpoint.LAST, fingerprint, cfg.max_steps)
-    if resumed is not None:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        schedule.load_state_dict(resumed["schedule"])
-        scaler.load_state_dict(resumed["scaler"])
-        checkpoint.set_rng_state(resumed["rng"][dist.rank], device)
-        progress = resumed["progress"]
-        if dist.is_main:
-            log.info("resuming from %s at update %d (epoch %d, update %d of the epoch)", ckpt_dir / checkpoint.LAST,
-                     progress["step"], progress["epoch"], progress["update_in_epoch"])
-    if dist.world > 1:
-        torch_dist.barrier()  # every rank has read last.pt before rank 0 may clear it
-    if resumed is None and dist.is_main:
-        checkpoint.clear(ckpt_dir)
-    del resumed  # the tensors were copied into the model and optimizer
-    resumed_at = progress["step"] or None
-    window = progress["window"]
-    window_loss = torch.tensor(window["loss"], dtype=torch.float64, device=device)  # summed on device: no sync
 
-    logger = Logger(root / "dvclive", dist.is_main, progress["history"])
-    system = SystemFigures(device)
-    bleu = ValidBleu(valid_data, tokenized / "hf_tokenizer", cfg.valid_bleu_sentences if dist.is_main else 0,
-                     cfg.seed, cfg.max_tokens)
-    if dist.is_main:
-        log.info("model: %s parameters, %d train batches (max_tokens %d), %d process(es) x update_freq %d, %s, "
-                 "%d thread(s)", f"{count_parameters(model):,}", len(batches), cfg.max_tokens, dist.world,
-                 cfg.update_freq, cfg.precision, threads)
+def restore(run: Run) -> TrainState:
+    """The state to start from: a matching last.pt (every rank resumes it, or none does), else a fresh start."""
+    last = run.checkpoints / checkpoint.LAST
+    saved = agreed_resume(run.dist, last, run.fingerprint, run.train_params.max_steps)
+    if saved is None:
+        if run.dist.is_main:
+            checkpoint.clear(run.checkpoints)
+        return TrainState.start(run.device)
+    run.model.load_state_dict(saved["model"])
+    run.optimizer.load_state_dict(saved["optimizer"])
+    run.schedule.load_state_dict(saved["schedule"])
+    run.scaler.load_state_dict(saved["scaler"])
+    checkpoint.set_rng_state(saved["rng"][run.dist.rank], run.device)
+    state = TrainState.start(run.device, saved["progress"])
+    run.logger.replay(state.history)
+    if run.dist.is_main:
+        log.info("resuming from %s at update %d (epoch %d, update %d of the epoch)", last, state.step, state.epoch,
+                 state.update_in_epoch)
+    return state
 
-    def record(row: dict[str, float]) -> None:
-        progress["history"].append(row)
-        logger.log(row)
 
-    def valid_loss_sum(batch_list: list[np.ndarray]) -> tuple[float, float]:
-        model.eval()
-        total = torch.zeros((), dtype=torch.float64, device=device)
-        tokens = 0
-        with torch.no_grad(), autocast():
-            for idx in batch_list:
-                batch = valid_data(idx)
-                total += seq2seq_loss(model, to_device(batch, device), 0.0)
-                tokens += batch.tgt_tokens
-        model.train()
-        return total.item(), float(tokens)
+# ---------------------------------------------------------------------------------------------------------------
+# One update: forward and backward over its micro-batches, then the optimizer step, queued without waiting.
 
-    def validate() -> bool:
-        """Valid loss (bits/token, sharded over ranks) and, on rank 0, BLEU; True when the loss is the best yet."""
-        loss_total, tokens = dist.sum(list(valid_loss_sum(valid_batches[dist.rank :: dist.world])))
-        step = progress["step"]
-        row = {"step": step, "valid/loss": loss_total / max(tokens, 1) / LN2}
-        if bleu.enabled:
-            row["valid/bleu"] = bleu(model, device, autocast)
-        improved = row["valid/loss"] < progress["best_valid_loss"]
-        if improved:
-            progress.update(best_valid_loss=row["valid/loss"], best_step=step, stale_validations=0,
-                            best_valid_bleu=row.get("valid/bleu"))
+
+def forward_backward(run: Run, update: ReadyUpdate) -> torch.Tensor:
+    """Accumulate the update's gradient over its micro-batches; returns its summed loss (float64, on the device)."""
+    # DDP averages gradients over ranks; times world / (the update's target tokens) makes the result the gradient
+    # of the update's summed token loss per target token.
+    scale = run.dist.world / float(update.plan.target_tokens)
+    update_loss = torch.zeros((), dtype=torch.float64, device=run.device)
+    for m, host_inputs in enumerate(update.inputs):
+        inputs = on_device(host_inputs, run.device)
+        # DDP all-reduces gradients inside backward(). no_sync() lets all but the last micro-batch only
+        # accumulate locally, so an update costs one all-reduce whatever update_freq is.
+        last_micro = m == len(update.inputs) - 1
+        with run.ddp_model.no_sync() if run.dist.world > 1 and not last_micro else nullcontext():
+            with run.autocast(), run.dropout():
+                loss_sum = seq2seq_loss(run.ddp_model, inputs, run.train_params.label_smoothing)
+            run.scaler.scale(loss_sum * scale).backward()
+        update_loss += loss_sum.detach()
+    return update_loss
+
+
+class PendingUpdate:
+    """An update queued on the device; its gradient norm (which decided whether it stepped) is read later."""
+
+    def __init__(self, update: ReadyUpdate, loss_sum: torch.Tensor, grad_norm: torch.Tensor):
+        self.plan: PlannedUpdate = update.plan
+        self.tokens = (update.tgt_tokens, update.src_tokens, update.padded_tokens)
+        self.loss_sum = loss_sum
+        if grad_norm.device.type == "cuda":
+            self._norm = torch.empty((), dtype=grad_norm.dtype, pin_memory=True)
+            self._norm.copy_(grad_norm.detach(), non_blocking=True)
+            self._done: torch.cuda.Event | None = torch.cuda.Event()
+            self._done.record()  # after the whole update: waiting on it waits for nothing queued later
         else:
-            progress["stale_validations"] += 1
-        progress["last_validated"] = step
-        if dist.is_main:
-            record(row)
-            log.info("step %d valid loss %.3f bits/token%s%s", step, row["valid/loss"],
-                     f" BLEU {row['valid/bleu']:.2f}" if "valid/bleu" in row else "", " (best)" if improved else "")
-        return improved
+            self._norm, self._done = grad_norm.detach(), None
 
-    def log_window() -> bool:
-        """Log the figures since the last log line; True when the time limit is reached (a shared decision)."""
-        elapsed = time.perf_counter() - t_origin
-        over_time = float(cfg.max_minutes is not None and elapsed >= cfg.max_minutes * 60)
-        loss_total, tgt, src, padded, over_time = dist.sum(
-            [window_loss.item(), window["tgt"], window["src"], window["padded"], over_time])
-        step = progress["step"]
-        if dist.is_main:
-            row = {
-                "step": step,
-                "train/loss": loss_total / max(tgt, 1) / LN2,
-                "train/lr": schedule.get_last_lr()[0],
-                "train/tgt_tokens_per_s": tgt / max(window["seconds"], 1e-9),
-                "train/padding_efficiency": (src + tgt) / max(padded, 1),
-                "train/grad_norm": last_grad_norm,
-                "train/skipped_updates": progress["skipped_updates"],
-                **system(),
-            }
-            record(row)
-            log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s pad-eff %.2f", step, progress["epoch"],
-                     row["train/loss"], row["train/lr"], row["train/tgt_tokens_per_s"],
-                     row["train/padding_efficiency"])
-        window.update(tgt=0, src=0, padded=0, seconds=0.0, updates=0)
-        window_loss.zero_()
-        return over_time > 0
+    def grad_norm(self) -> float:
+        """Waits until the device has finished this update (not the ones queued after it)."""
+        if self._done is not None:
+            self._done.synchronize()
+        return float(self._norm.item())
 
-    def save(names: list[str]) -> None:
-        """Write the full training state under the first name, hard-link the others (rank 0 writes)."""
-        rngs = dist.gather(checkpoint.rng_state(device))  # every rank's dropout RNG, for an exact resume
-        progress["train_seconds"] = time.perf_counter() - t_origin
-        if checkpoint.LAST in names:
-            progress["last_saved"] = progress["step"]
-        if not dist.is_main:
-            return
-        state = {
-            "fingerprint": fingerprint,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "scaler": scaler.state_dict(),
-            "rng": rngs,
-            "progress": {**progress, "window": {**window, "loss": window_loss.item()}},
-        }
-        checkpoint.save_atomic(state, ckpt_dir / names[0])
-        for name in names[1:]:
-            checkpoint.link_atomic(ckpt_dir / names[0], ckpt_dir / name)
-        if checkpoint.LAST in names and cfg.average_last > 1:
-            weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            checkpoint.save_average_snapshot(weights, ckpt_dir, progress["step"], cfg.average_last)
 
-    def limit_reached() -> str:
-        """The limits every rank sees alike (the time limit is decided at log steps, over all ranks)."""
-        if progress["step"] >= cfg.max_steps:
-            return "max_steps"
-        if cfg.max_epochs is not None and progress["epoch"] > cfg.max_epochs:
-            return "max_epochs"
-        if cfg.patience is not None and progress["stale_validations"] >= cfg.patience:
-            return "early_stopping"
-        return ""
+def apply_update(run: Run, update: ReadyUpdate, loss_sum: torch.Tensor) -> PendingUpdate:
+    """Clip, then step unless the gradient is non-finite: decided on the device, so the host does not wait.
 
-    # ---- the loop ----
-    t_origin = time.perf_counter() - progress["train_seconds"]  # max_minutes counts time across resumes
-    last_grad_norm = math.nan
-    bad_in_a_row = 0
-    # A resumed run may have nothing left to do (its checkpoint's time is the same on every rank).
-    stop_reason = limit_reached()
-    if cfg.max_minutes is not None and progress["train_seconds"] >= cfg.max_minutes * 60:
-        stop_reason = stop_reason or "max_minutes"
-    ddp_model.train()
-    while not stop_reason:
-        epoch = progress["epoch"]
-        my_batches = epoch_batches(batches, epoch, cfg.seed, dist.rank, dist.world, cfg.update_freq)
-        update_tokens = update_target_tokens(batch_tgt_tokens, epoch, cfg.seed, per_update)
-        while progress["update_in_epoch"] < len(update_tokens) and not stop_reason:
-            u = progress["update_in_epoch"]
-            t_update = time.perf_counter()
-            _injected_failure(dist.rank, progress["step"] + 1)
-            # DDP averages gradients over ranks; times world / (the update's target tokens) makes the result the
-            # gradient of the update's summed token loss per target token.
-            scale = dist.world / float(update_tokens[u])
-            micro_batches = my_batches[u * cfg.update_freq : (u + 1) * cfg.update_freq]
-            update_loss = torch.zeros((), dtype=torch.float64, device=device)
-            counts = np.zeros(3, dtype=np.int64)  # real target, real source and padded tokens
-            for m, idx in enumerate(micro_batches):
-                batch = train_data(idx)
-                inputs = to_device(batch, device)
-                # DDP all-reduces gradients inside backward(). no_sync() lets all but the last micro-batch only
-                # accumulate locally, so an update costs one all-reduce whatever update_freq is.
-                last_micro = m == len(micro_batches) - 1
-                with ddp_model.no_sync() if dist.world > 1 and not last_micro else nullcontext():
-                    with autocast(), cpu_dropout(device):
-                        loss_sum = seq2seq_loss(ddp_model, inputs, cfg.label_smoothing)
-                    scaler.scale(loss_sum * scale).backward()
-                update_loss += loss_sum.detach()
-                counts += (batch.tgt_tokens, batch.src_tokens, batch.padded_tokens)
-            scaler.unscale_(optimizer)  # clip and check the true gradient, not the fp16-scaled one
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), cfg.clip_norm if cfg.clip_norm > 0 else math.inf)
-            progress["update_in_epoch"] = u + 1
-            # The one host sync of an update. The gradients were all-reduced, so every rank sees the same norm
-            # and makes the same choice (a rank that stepped alone would leave the replicas out of step).
-            last_grad_norm = grad_norm.item()
-            finite = math.isfinite(last_grad_norm)
-            if finite:
-                scaler.step(optimizer)  # = optimizer.step() (with fp16: on the unscaled gradients)
-                schedule.step()
-                with torch.no_grad():
-                    for row in pad_rows:
-                        row.zero_()
-                progress["step"] += 1
-                bad_in_a_row = 0
-            else:
-                progress["skipped_updates"] += 1
-                bad_in_a_row += 1
-                if dist.is_main:
-                    log.warning("non-finite loss or gradient after update %d: update skipped (%d in a row, %d in "
-                                "all)", progress["step"], bad_in_a_row, progress["skipped_updates"])
-                if bad_in_a_row >= cfg.max_bad_steps:
-                    raise TrainingDiverged(progress["step"], bad_in_a_row, cfg.precision)
-            scaler.update()  # fp16: lower the loss scale after an overflow, raise it after a long run without
-            optimizer.zero_grad(set_to_none=True)
-            window["seconds"] += time.perf_counter() - t_update
-            if not finite:
-                continue
-            window_loss += update_loss
-            window["updates"] += 1
-            for key, n in zip(("tgt", "src", "padded"), counts.tolist(), strict=True):
-                window[key] += n
+    Every rank holds the same all-reduced gradients, hence the same norm and the same decision (a rank that
+    stepped alone would leave the replicas out of step)."""
+    run.scaler.unscale_(run.optimizer)  # clip and check the true gradient, not the fp16-scaled one
+    clip = run.train_params.clip_norm if run.train_params.clip_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
+    # Fused AdamW skips the step (parameters, moments and step count) when found_inf is 1: the attribute is how
+    # GradScaler hands it over (torch/amp/grad_scaler.py), set here for every precision.
+    run.optimizer.found_inf = (~torch.isfinite(grad_norm)).to(torch.float32)
+    try:
+        run.optimizer.step()
+    finally:
+        del run.optimizer.found_inf
+    with torch.no_grad():
+        for row in run.pad_rows:  # a skipped step left them at zero already
+            row.zero_()
+    run.scaler.update()  # fp16: lower the loss scale after an overflow, raise it after a long run without
+    run.optimizer.zero_grad(set_to_none=True)
+    return PendingUpdate(update, loss_sum, grad_norm)
 
-            step = progress["step"]
-            stop_reason = limit_reached()
-            if step % cfg.log_every == 0 and log_window() and not stop_reason:
-                stop_reason = "max_minutes"
-            to_save = []
-            if step % cfg.valid_every == 0 and validate():
-                to_save.append(checkpoint.BEST)
-            if step % cfg.save_every == 0:
-                to_save.append(checkpoint.LAST)
-            if to_save:
-                save(to_save)
-            stop_reason = stop_reason or limit_reached()
-        if progress["update_in_epoch"] >= len(update_tokens):
-            progress.update(epoch=epoch + 1, update_in_epoch=0)
-            stop_reason = stop_reason or limit_reached()
 
-    # ---- the end: last figures, validation and checkpoint at the final update ----
-    if window["updates"]:
-        log_window()
+# ---------------------------------------------------------------------------------------------------------------
+# The loop and what happens between updates.
+
+
+def eventful(state: TrainState, run: Run, pending: PendingUpdate) -> bool:
+    """Whether something happens after this update if it steps: those updates are booked at once."""
+    p, step = run.train_params, state.step + 1
+    return (step % p.log_every == 0 or step % p.valid_every == 0 or step % p.save_every == 0
+            or step >= p.max_steps or pending.plan.ends_epoch)
+
+
+def fit(state: TrainState, run: Run) -> str:
+    """Take updates until a limit is reached; returns which (see the module docstring for the lagged booking)."""
+    if state.update_in_epoch >= run.updates_per_epoch:  # a checkpoint written at the end of an epoch
+        state.epoch, state.update_in_epoch = state.epoch + 1, 0
+    stop = limit_reached(state, run)
+    max_minutes = run.train_params.max_minutes
+    if max_minutes is not None and state.train_seconds >= max_minutes * 60:
+        stop = stop or "max_minutes"  # a resumed run may have nothing left to do (the same on every rank)
+    plan = planned_updates(run.batches, run.batch_tgt_tokens, run.train_params.seed, run.dist.rank, run.dist.world,
+                           run.train_params.update_freq, state.epoch, state.update_in_epoch)
+    feed = Prefetcher(plan, run.train_data, run.device, PREFETCH_UPDATES)
+    pending: PendingUpdate | None = None
+    run.ddp_model.train()
+    state.window_mark = time.perf_counter()
+    try:
+        while not stop:
+            update = next(feed)
+            _injected_failure(run.dist.rank, state.step + (pending is not None) + 1)
+            loss_sum = forward_backward(run, update)
+            if pending is not None:  # the previous update, booked while this one is queued on the device
+                book(state, run, pending)
+            pending = apply_update(run, update, loss_sum)
+            if eventful(state, run, pending):
+                stop = book(state, run, pending)
+                pending = None
+    finally:
+        feed.close()
+    return stop
+
+
+def book(state: TrainState, run: Run, pending: PendingUpdate) -> str:
+    """Count a finished update (stepped or skipped) and run what follows it; returns a stop reason or ''."""
+    grad_norm = pending.grad_norm()  # waits for the device to finish this update
+    now = time.perf_counter()
+    state.window.seconds += now - state.window_mark
+    state.epoch, state.update_in_epoch = pending.plan.epoch, pending.plan.index + 1
+    state.last_grad_norm = grad_norm
+    stop = ""
+    if math.isfinite(grad_norm):
+        state.step += 1
+        state.bad_in_a_row = 0
+        run.schedule.step()
+        state.window_loss += pending.loss_sum
+        state.window.updates += 1
+        tgt, src, padded = pending.tokens
+        state.window.tgt, state.window.src, state.window.padded = (
+            state.window.tgt + tgt, state.window.src + src, state.window.padded + padded)
+        stop = after_update(state, run)
+    else:
+        state.skipped_updates += 1
+        state.bad_in_a_row += 1
+        if run.dist.is_main:
+            log.warning("non-finite loss or gradient after update %d: update skipped (%d in a row, %d in all)",
+                        state.step, state.bad_in_a_row, state.skipped_updates)
+        if state.bad_in_a_row >= run.train_params.max_bad_steps:
+            raise TrainingDiverged(state.step, state.bad_in_a_row, run.train_params.precision)
+    if pending.plan.ends_epoch:
+        state.epoch, state.update_in_epoch = state.epoch + 1, 0
+        stop = stop or limit_reached(state, run)
+    state.window_mark = time.perf_counter()  # what happened after the update is not training time
+    return stop
+
+
+def after_update(state: TrainState, run: Run) -> str:
+    """Log, validate and save at their frequencies; returns a stop reason or ''."""
+    p, step = run.train_params, state.step
+    stop = limit_reached(state, run)
+    if step % p.log_every == 0 and log_window(state, run) and not stop:
+        stop = "max_minutes"
     to_save = []
-    if progress["last_validated"] != progress["step"] and validate():
+    if step % p.valid_every == 0 and validate(state, run):
         to_save.append(checkpoint.BEST)
-    if progress["last_saved"] != progress["step"]:
+    if step % p.save_every == 0:
         to_save.append(checkpoint.LAST)
     if to_save:
-        save(to_save)
-    digests = dist.gather(parameter_digest(model))
-    if len(set(digests)) != 1:  # checked before anything is written from them
-        raise PipelineError(f"the {dist.world} DDP replicas ended with different parameters: {digests}")
+        save(state, run, to_save)
+    return stop or limit_reached(state, run)
 
-    metrics: dict[str, Any] = {}
-    if dist.is_main:
-        if cfg.average_last > 1:
-            weights, steps = checkpoint.average_snapshots(ckpt_dir, cfg.average_last)
-            final_model = f"average of the checkpoints at updates {', '.join(map(str, steps))}"
-        else:
-            # Our own file; mmap: only the model's tensors are read, not the optimizer state.
-            weights = torch.load(ckpt_dir / checkpoint.BEST, map_location="cpu", weights_only=False, mmap=True)["model"]
-            final_model = f"best valid loss, update {progress['best_step']}"
-        model.load_state_dict(weights)
-        with torch.no_grad():
-            for row in pad_rows:  # an average of zero rows is zero already; zeroed here so it visibly stays so
-                row.zero_()
-        final_valid_loss = progress["best_valid_loss"]
-        if cfg.average_last > 1:
-            loss_total, tokens = valid_loss_sum(valid_batches)
-            final_valid_loss = loss_total / max(tokens, 1) / LN2
-        train_rows = [h for h in progress["history"] if "train/loss" in h]
-        metrics = {
-            "steps": progress["step"],
-            "epochs": progress["epoch"] - (progress["update_in_epoch"] == 0),
-            "stop_reason": stop_reason,
-            "resumed_from_step": resumed_at,
-            "skipped_updates": progress["skipped_updates"],
-            "best_step": progress["best_step"],
-            "best_valid_loss": round(progress["best_valid_loss"], 4),
-            "best_valid_bleu": progress["best_valid_bleu"] and round(progress["best_valid_bleu"], 2),
-            "final_model": final_model,
-            "final_valid_loss": round(final_valid_loss, 4),
-            "final_train_loss": round(train_rows[-1]["train/loss"], 4) if train_rows else None,
-            "tgt_tokens_per_s": round(float(np.median([h["train/tgt_tokens_per_s"] for h in train_rows])), 1)
-            if train_rows else None,
-            "train_seconds": round(time.perf_counter() - t_origin, 1),
-            "parameters": count_parameters(model),
-            "processes": dist.world,
-            "update_freq": cfg.update_freq,
-            "precision": cfg.precision,
-            "truncated_pairs": train_data.truncated(),
-            "replica_digests": sorted(set(digests)),  # one: every rank ended with the same parameters
+
+def limit_reached(state: TrainState, run: Run) -> str:
+    """The limits every rank sees alike (the time limit is decided at log steps, over all ranks)."""
+    p = run.train_params
+    if state.step >= p.max_steps:
+        return "max_steps"
+    if p.max_epochs is not None and state.epoch > p.max_epochs:
+        return "max_epochs"
+    if p.patience is not None and state.stale_validations >= p.patience:
+        return "early_stopping"
+    return ""
+
+
+def record(state: TrainState, run: Run, row: dict[str, float]) -> None:
+    state.history.append(row)
+    run.logger.log(row)
+
+
+def log_window(state: TrainState, run: Run) -> bool:
+    """Log the figures since the last log line; True when the time limit is reached (a shared decision)."""
+    window, max_minutes = state.window, run.train_params.max_minutes
+    over_time = float(max_minutes is not None and state.seconds() >= max_minutes * 60)
+    loss_total, tgt, src, padded, over_time = run.dist.sum(
+        [state.window_loss.item(), window.tgt, window.src, window.padded, over_time])
+    if run.dist.is_main:
+        row = {
+            "step": state.step,
+            "train/loss": loss_total / max(tgt, 1) / LN2,
+            "train/lr": run.schedule.get_last_lr()[0],
+            "train/tgt_tokens_per_s": tgt / max(window.seconds, 1e-9),
+            "train/padding_efficiency": (src + tgt) / max(padded, 1),
+            "train/grad_norm": state.last_grad_norm,
+            "train/skipped_updates": state.skipped_updates,
+            **run.system(),
         }
-        save_final(model.cpu(), tokenized / "hf_tokenizer", root / "models" / "final")
-        log.info("saved models/final (%s)", final_model)
-        logger.close()
-    dist.close()
+        record(state, run, row)
+        log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s pad-eff %.2f", state.step, state.epoch,
+                 row["train/loss"], row["train/lr"], row["train/tgt_tokens_per_s"], row["train/padding_efficiency"])
+    window.tgt, window.src, window.padded, window.seconds, window.updates = 0, 0, 0, 0.0, 0
+    state.window_loss.zero_()
+    return over_time > 0
+
+
+def valid_loss_sum(run: Run, batch_list: list[np.ndarray]) -> tuple[float, float]:
+    """Summed valid loss and target tokens over `batch_list` (no label smoothing, no dropout)."""
+    run.model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=run.device)
+    tokens = 0
+    with torch.no_grad(), run.autocast():
+        for idx in batch_list:
+            batch = run.valid_data(idx)
+            total += seq2seq_loss(run.model, on_device({k: torch.from_numpy(a) for k, a in batch.arrays().items()},
+                                                       run.device), 0.0)
+            tokens += batch.tgt_tokens
+    run.model.train()
+    return total.item(), float(tokens)
+
+
+def validate(state: TrainState, run: Run) -> bool:
+    """Valid loss (bits/token, sharded over ranks) and, on rank 0, BLEU; True when the loss is the best yet."""
+    dist = run.dist
+    loss_total, tokens = dist.sum(list(valid_loss_sum(run, run.valid_batches[dist.rank :: dist.world])))
+    row = {"step": state.step, "valid/loss": loss_total / max(tokens, 1) / LN2}
+    if run.bleu.enabled:
+        row["valid/bleu"] = run.bleu(run.model, run.device, run.autocast)
+    improved = row["valid/loss"] < state.best_valid_loss  # a NaN loss never improves
+    if improved:
+        state.best_valid_loss, state.best_step, state.stale_validations = row["valid/loss"], state.step, 0
+        state.best_valid_bleu = row.get("valid/bleu")
+    else:
+        state.stale_validations += 1
+    state.last_validated = state.step
+    if dist.is_main:
+        record(state, run, row)
+        log.info("step %d valid loss %.3f bits/token%s%s", state.step, row["valid/loss"],
+                 f" BLEU {row['valid/bleu']:.2f}" if "valid/bleu" in row else "", " (best)" if improved else "")
+    return improved
+
+
+def save(state: TrainState, run: Run, names: list[str]) -> None:
+    """Write the full training state under the first name, hard-link the others (rank 0 writes)."""
+    rngs = run.dist.gather(checkpoint.rng_state(run.device))  # every rank's dropout RNG, for an exact resume
+    state.train_seconds = state.seconds()
+    if checkpoint.LAST in names:
+        state.last_saved = state.step
+    if not run.dist.is_main:
+        return
+    blob = {
+        "fingerprint": run.fingerprint,
+        "save_id": uuid.uuid4().hex,  # which checkpoint this is: every rank checks it resumes the same one
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "schedule": run.schedule.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "rng": rngs,
+        "progress": state.progress(),
+    }
+    checkpoint.save_atomic(blob, run.checkpoints / names[0])
+    for name in names[1:]:
+        checkpoint.link_atomic(run.checkpoints / names[0], run.checkpoints / name)
+    if checkpoint.LAST in names and run.train_params.average_last > 1:
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in run.model.state_dict().items()}
+        checkpoint.save_average_snapshot(weights, run.checkpoints, state.step, run.train_params.average_last)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The end: last figures, validation and checkpoint at the final update, then models/final and the metrics.
+
+
+def finish(state: TrainState, run: Run, stop_reason: str) -> dict[str, Any]:
+    """Close the run on every rank; rank 0 writes models/final and returns the metrics (others return {})."""
+    if state.window.updates:
+        log_window(state, run)
+    to_save = []
+    if state.last_validated != state.step and validate(state, run):
+        to_save.append(checkpoint.BEST)
+    if state.last_saved != state.step:
+        to_save.append(checkpoint.LAST)
+    if to_save:
+        save(state, run, to_save)
+    digests = run.dist.gather(parameter_digest(run.model))
+    if len(set(digests)) != 1:  # checked before anything is written from them
+        raise PipelineError(f"the {run.dist.world} DDP replicas ended with different parameters: {digests}")
+    if not run.dist.is_main:
+        return {}
+    final_model, final_valid_loss = load_final_weights(state, run)
+    metrics = run_metrics(state, run, stop_reason, final_model, final_valid_loss)
+    metrics["replica_digests"] = sorted(set(digests))  # one: every rank ended with the same parameters
+    save_final(run.model.cpu(), run.tokenized / "hf_tokenizer", run.root / "models" / "final")
+    log.info("saved models/final (%s)", final_model)
+    run.logger.close()
     return metrics
+
+
+def load_final_weights(state: TrainState, run: Run) -> tuple[str, float]:
+    """Put the final weights into run.model: the average of the last checkpoints, the best ones, or (when no
+    validation ever gave a finite loss, so best.pt was never written) the last ones. Returns what they are and
+    their valid loss."""
+    ckpt = run.checkpoints
+    final_valid_loss = state.best_valid_loss
+    if run.train_params.average_last > 1:
+        weights, steps = checkpoint.average_snapshots(ckpt, run.train_params.average_last)
+        final_model = f"average of the checkpoints at updates {', '.join(map(str, steps))}"
+    elif (ckpt / checkpoint.BEST).exists():
+        # Our own file; mmap: only the model's tensors are read, not the optimizer state.
+        weights = torch.load(ckpt / checkpoint.BEST, map_location="cpu", weights_only=False, mmap=True)["model"]
+        final_model = f"best valid loss, update {state.best_step}"
+    else:
+        weights = None
+        final_model = f"last update, {state.step} (no validation had a finite loss, so there is no best.pt)"
+        log.warning("no validation had a finite valid loss: models/final holds the weights of the last update")
+    if weights is not None:
+        run.model.load_state_dict(weights)
+    with torch.no_grad():
+        for row in run.pad_rows:  # an average of zero rows is zero already; zeroed here so it visibly stays so
+            row.zero_()
+    if weights is None or run.train_params.average_last > 1:
+        loss_total, tokens = valid_loss_sum(run, run.valid_batches)
+        final_valid_loss = loss_total / max(tokens, 1) / LN2
+    return final_model, final_valid_loss
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    """JSON has no inf or NaN: a figure that is not finite is written as null."""
+    return round(value, digits) if value is not None and math.isfinite(value) else None
+
+
+def run_metrics(state: TrainState, run: Run, stop_reason: str, final_model: str,
+                final_valid_loss: float) -> dict[str, Any]:
+    p = run.train_params
+    train_rows = [h for h in state.history if "train/loss" in h]
+    return {
+        "steps": state.step,
+        "epochs": state.epoch - (state.update_in_epoch == 0),
+        "stop_reason": stop_reason,
+        "resumed_from_step": state.resumed_from_step,
+        "skipped_updates": state.skipped_updates,
+        "best_step": state.best_step,
+        "best_valid_loss": _rounded(state.best_valid_loss, 4),
+        "best_valid_bleu": _rounded(state.best_valid_bleu, 2),
+        "final_model": final_model,
+        "final_valid_loss": _rounded(final_valid_loss, 4),
+        "final_train_loss": _rounded(train_rows[-1]["train/loss"], 4) if train_rows else None,
+        "tgt_tokens_per_s": round(float(np.median([h["train/tgt_tokens_per_s"] for h in train_rows])), 1)
+        if train_rows else None,
+        "train_seconds": round(state.seconds(), 1),
+        "parameters": count_parameters(run.model),
+        "processes": run.dist.world,
+        "update_freq": p.update_freq,
+        "precision": p.precision,
+        "device": run.device.type,
+        "deterministic": p.deterministic,
+        "truncated_pairs": run.train_data.truncated(),
+    }
+
+
+def train(spec: dict[str, Any]) -> dict[str, Any]:
+    """One training run, as the module docstring describes; rank 0 returns the metrics, other ranks {}."""
+    dist = Distributed()
+    threads = spec["train"]["threads"] or max(1, (os.cpu_count() or 1) // dist.world)
+    # The process group is torn down on every way out: a process that exits with a live one (after an error
+    # such as CheckpointMismatch) can abort in the collective library's threads instead of exiting with the error.
+    try:
+        with kernel_settings(dist.device, threads, spec["train"]["deterministic"]):
+            run = setup(spec, dist, threads)
+            state = restore(run)
+            if dist.is_main:
+                p = run.train_params
+                log.info("model: %s parameters, %d train batches (max_tokens %d), %d process(es) x update_freq %d, "
+                         "%s on %s%s, %d thread(s)%s", f"{count_parameters(run.model):,}", len(run.batches),
+                         p.max_tokens, dist.world, p.update_freq, p.precision, dist.device.type,
+                         " (TF32 matmuls)" if dist.device.type == "cuda" and p.precision == "fp32" else "", threads,
+                         ", deterministic kernels" if p.deterministic else "")
+            stop_reason = fit(state, run)
+            return finish(state, run, stop_reason)
+    finally:
+        dist.close()
 
 
 def main(argv: list[str]) -> None:

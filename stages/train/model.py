@@ -75,17 +75,22 @@ def generation_config(pad_id: int, eos_id: int, max_length: int) -> Any:
 def build_model(
     model: Any, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True
 ) -> Any:
-    """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained)."""
+    """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained).
+
+    The initial weights come from `seed` alone, drawn inside a forked random state: the caller's torch random
+    state is the same after the call as before, so every DDP rank builds the same weights and keeps the dropout
+    stream it seeded for itself."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, MarianMTModel
 
     model = model_spec(model)
     if model["init"] == "pretrained":
         return AutoModelForSeq2SeqLM.from_pretrained(model["name_or_path"], attn_implementation="sdpa")
-    torch.manual_seed(seed)
     config = marian_config(model, vocab_size, pad_id, eos_id, joint_vocab)
     config._attn_implementation = "sdpa"
-    built = MarianMTModel(config)
+    with torch.random.fork_rng(devices=[]):  # the model is built on the CPU: only the CPU generator is drawn
+        torch.manual_seed(seed)
+        built = MarianMTModel(config)
     built.generation_config = generation_config(pad_id, eos_id, model["max_positions"])
     return built
 

