@@ -5,11 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test lint clean-artifacts
+.PHONY: run test lint plots clean-artifacts
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,flow,ct2]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,flow,ct2,serve]'
 	touch $@
 
 run: $(BIN)/.installed
@@ -17,6 +17,9 @@ run: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
+
+plots: $(BIN)/.installed
+	$(BIN)/mtpipe plots
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -1,10 +1,12 @@
 """`mtpipe`: the command line. It starts fast: no heavy library is imported until a subcommand needs it.
 
   mtpipe run            dvc repro (initialising DVC first if needed), then the summary
-  mtpipe summary        test BLEU/chrF and where each artifact is
+  mtpipe summary        test scores, training and export figures, where each artifact and page is
+  mtpipe plots          the training curves as a page that works offline (dvc plots show, assets local)
   mtpipe params         validate params.yaml and print the effective settings (presets resolved)
   mtpipe stage NAME     run one stage directly, outside DVC (for debugging)
   mtpipe flow ...       Prefect: run the pipeline flow once, run an experiment, serve the deployments
+  mtpipe serve          the exported model as an HTTP translation service (needs the `serve` extra)
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from pathlib import Path
 
 from pipeline.artifacts import Paths
 from pipeline.params import ParamsError, load
+from pipeline.plots_page import PLOTS_DIR, write_plots_page
+from pipeline.run_figures import export_parity, scored_test_sets, training_run
 
-STAGES = ("download", "clean", "validate", "tokenize", "train", "evaluate", "export")
+STAGES = ("check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card")
 
 
 def _dvc() -> list[str]:
@@ -38,33 +42,89 @@ def ensure_dvc_repo(root: Path) -> None:
     subprocess.run([*_dvc(), "config", "core.check_update", "false"], cwd=root, check=True)
 
 
-def summary(paths: Paths) -> str:
+def _score_lines(paths: Paths) -> list[str]:
+    scored = scored_test_sets(paths)
+    if not scored:
+        return ["No evaluation yet: run `mtpipe run` (or `dvc repro`)."]
+    lines = ["Test scores (sacreBLEU, cased, detokenized):"]
+    for s in scored:
+        ter = f"   TER {s.ter:6.2f}" if s.ter is not None else ""
+        ratio = f"   length ratio {s.length_ratio:.3f}" if s.length_ratio is not None else ""
+        lines.append(f"  {s.test_set:<20} BLEU {s.bleu:6.2f}   chrF {s.chrf:6.2f}{ter}{ratio}"
+                     f"   ({s.sentences} sentences)")
+    # The signatures are the same for every test set: one scoring setup, printed once.
+    for i, (metric, signature) in enumerate(scored[0].signatures.items()):
+        lines.append(f"  {'signatures:' if i == 0 else '':<11} {metric:<5} {signature}")
+    return lines
+
+
+def _run_lines(paths: Paths) -> list[str]:
     lines = []
-    eval_file = paths.metrics("eval")
-    if eval_file.exists():
-        lines.append("Test scores (sacreBLEU, cased, 13a):")
-        for split, r in json.loads(eval_file.read_text()).items():
-            lines.append(f"  {split:<20} BLEU {r['bleu']:6.2f}   chrF {r['chrf']:6.2f}   ({r['sentences']} sentences)")
-        first = next(iter(json.loads(eval_file.read_text()).values()))
-        lines.append(f"  signature: {first['signature']['bleu']}")
-    else:
-        lines.append("No evaluation yet: run `mtpipe run` (or `dvc repro`).")
+    run = training_run(paths)
+    if run is not None:
+        minutes = f" in {run.seconds / 60:.1f} min" if run.seconds is not None else ""
+        valid = f"; best valid loss {run.best_valid_loss}" if run.best_valid_loss is not None else ""
+        bleu = f", valid BLEU {run.best_valid_bleu}" if run.best_valid_bleu is not None else ""
+        lines.append(f"Training: {run.steps} steps ({run.stop_reason}){minutes} on {run.hardware}{valid}{bleu}")
+    parity = export_parity(paths)
+    if parity is not None and parity.identical_share is not None:
+        int8 = (f"; int8: {parity.int8_identical_share:.1%} identical, BLEU delta {parity.int8_bleu_delta:+.2f}"
+                if parity.int8_identical_share is not None else "")
+        lines.append(f"Export ({', '.join(parity.formats)}): {parity.identical_share:.1%} of greedy outputs "
+                     f"identical to PyTorch, max logit diff {parity.max_logit_diff:.1e}, "
+                     f"BLEU delta {parity.bleu_delta:+.2f}{int8}")
+    return lines
+
+
+def summary(paths: Paths) -> str:
+    """Scores, training and export figures, then where each page and artifact is (or that it is missing)."""
+    pages = [
+        ("evaluation report", paths.eval_dir / "index.html", ""),
+        ("validation report (Data Docs)", paths.validation_report / "index.html", ""),
+        ("training curves", paths.root / PLOTS_DIR / "index.html", ": run `mtpipe plots`"),
+    ]
     artifacts = [
         ("raw corpus", paths.raw),
         ("clean corpus + rejected rows", paths.clean),
-        ("validation report (Data Docs)", paths.validation_report / "index.html"),
         ("SentencePiece model + encoded arrays", paths.tokenized),
         ("trained model (save_pretrained)", paths.final_model),
         ("training curves (DVCLive)", paths.dvclive),
-        ("hypotheses", paths.eval_dir),
+        ("hypotheses, sentence table, report.md", paths.eval_dir),
         ("ONNX + TorchScript export", paths.export),
+        ("release: model + model card README.md", paths.release),
         ("metrics", paths.root / "metrics"),
     ]
+    lines = [*_score_lines(paths), *_run_lines(paths), "Pages (open in a browser; they load nothing from the network):"]
+    for label, path, hint in pages:
+        lines.append(f"  {label:<38} {path}{'' if path.exists() else f'  (missing{hint})'}")
     lines.append("Artifacts:")
     for label, path in artifacts:
-        state = "" if path.exists() else "  (missing)"
-        lines.append(f"  {label:<38} {path}{state}")
+        lines.append(f"  {label:<38} {path}{'' if path.exists() else '  (missing)'}")
     return "\n".join(lines)
+
+
+def _add_plots_parser(sub: argparse._SubParsersAction) -> None:
+    plots_p = sub.add_parser(
+        "plots",
+        help="the training curves as a page that works offline (instead of plain `dvc plots show`)",
+        description="Run `dvc plots show` with a page template that loads vega from files beside it, copy those "
+        "files there, and check that the page loads nothing from another host.",
+    )
+    plots_p.add_argument("-o", "--out", type=Path, default=None,
+                         help=f"output directory (default: {PLOTS_DIR})")
+    plots_p.add_argument("targets", nargs="*", help="plot files or directories (default: every plot of dvc.yaml)")
+
+
+def plots_command(args: argparse.Namespace, paths: Paths) -> int:
+    from pipeline.errors import PipelineError
+
+    try:
+        page = write_plots_page(_dvc(), paths.root.resolve(), args.out or PLOTS_DIR, args.targets)
+    except PipelineError as err:
+        print(f"mtpipe plots: {err}", file=sys.stderr)
+        return 1
+    print(f"training curves: {page} (works offline: its scripts are copied beside it)")
+    return 0
 
 
 def _add_flow_parser(sub: argparse._SubParsersAction) -> None:
@@ -153,7 +213,7 @@ def translate(args: argparse.Namespace) -> int:
             raise PipelineError(f"--threads must be at least 1, got {args.threads}")
         lines = read_lines(sys.stdin.buffer)
         translator = Translator(args.model, int8=args.int8, threads=args.threads, max_tokens=args.max_tokens)
-        beam = args.beam or translator.manifest.get("generation", {}).get("beam", 4)
+        beam = args.beam or translator.generation.beam
         out = translator.translate(lines, beam=beam, length_penalty=args.length_penalty)
     except PipelineError as err:
         print(f"mtpipe translate: {err}", file=sys.stderr)
@@ -164,18 +224,81 @@ def translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    from dataclasses import fields
+
+    from pipeline.serve.settings import ServeSettings
+
+    default = {f.name: f.default for f in fields(ServeSettings)}
+    p = sub.add_parser(
+        "serve",
+        help="serve an exported model over HTTP: POST /translate (LibreTranslate's API), /metrics, /docs",
+        description="Serve the ONNX graphs of an export directory over HTTP (FastAPI + uvicorn), batching "
+        "concurrent requests together. Needs the `serve` extra: pip install -e '.[serve]'.",
+    )
+    p.add_argument("--model", dest="model_dir", default=str(Paths().export),
+                   help="export directory (default: %(default)s)")
+    p.add_argument("--int8", action="store_true", help="use the int8 graphs (export.int8: true)")
+    p.add_argument("--host", default=default["host"], help="address to bind (default: %(default)s; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, default=default["port"], help="port (default: %(default)s; 0: any free one)")
+    p.add_argument("--workers", type=int, default=default["workers"],
+                   help="batches decoded at once, one CPU thread each (default: %(default)s)")
+    p.add_argument("--beam", type=int, default=None, help="beam size; 1 is greedy (default: the export's)")
+    p.add_argument("--max-batch-tokens", type=int, default=default["max_batch_tokens"],
+                   help="source tokens that make a batch full (default: %(default)s)")
+    p.add_argument("--max-wait-ms", type=float, default=default["max_wait_ms"],
+                   help="longest a line waits for others to share its batch (default: %(default)s)")
+    p.add_argument("--max-lines", type=int, default=default["max_lines"],
+                   help="lines per request, line breaks included (default: %(default)s)")
+    p.add_argument("--max-line-tokens", type=int, default=None,
+                   help="source tokens per line (default: the model's positions)")
+    p.add_argument("--max-request-bytes", type=int, default=default["max_request_bytes"],
+                   help="request body size (default: %(default)s)")
+    p.add_argument("--max-queued-lines", type=int, default=default["max_queued_lines"],
+                   help="lines waiting across requests before new ones get 503 (default: %(default)s)")
+    p.add_argument("--request-timeout-s", type=float, default=default["request_timeout_s"],
+                   help="deadline of a request; past it, 504 and its work is dropped (default: %(default)s)")
+    p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    import logging
+
+    from pipeline.errors import PipelineError
+    from pipeline.serve.settings import SETTING_NAMES, ServeSettings
+
+    logging.basicConfig(level=logging.INFO, format="mtpipe serve: %(levelname)s: %(message)s")
+    try:
+        settings = ServeSettings(**{**{name: getattr(args, name) for name in SETTING_NAMES},
+                                    "model_dir": Path(args.model_dir)})
+        from pipeline.serve.server import serve
+
+        serve(settings)
+    except PipelineError as err:
+        print(f"mtpipe serve: {err}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] in ("fastapi", "starlette", "uvicorn", "prometheus_client"):
+            print(f"mtpipe serve: {err.name} is not installed: pip install -e '.[serve]'", file=sys.stderr)
+            return 2
+        raise
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtpipe", description="Reproducible MT training pipeline over one DVC DAG.")
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="dvc repro, then print the summary")
     run_p.add_argument("--force", action="store_true", help="rerun every stage (dvc repro --force)")
-    sub.add_parser("summary", help="test scores and where each artifact is")
+    sub.add_parser("summary", help="test scores, training and export figures, where each artifact and page is")
+    _add_plots_parser(sub)
     params_p = sub.add_parser("params", help="validate params.yaml and print the effective settings")
     params_p.add_argument("file", nargs="?", default="params.yaml")
     stage_p = sub.add_parser("stage", help="run one stage directly, outside DVC")
     stage_p.add_argument("name", choices=STAGES)
     _add_flow_parser(sub)
     _add_translate_parser(sub)
+    _add_serve_parser(sub)
     args = parser.parse_args(argv)
     paths = Paths()
 
@@ -195,10 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "summary":
         print(summary(paths))
         return 0
+    if args.command == "plots":
+        return plots_command(args, paths)
     if args.command == "stage":
         return subprocess.run([sys.executable, "-m", f"stages.{args.name}"]).returncode
     if args.command == "translate":
         return translate(args)
+    if args.command == "serve":
+        return serve_command(args)
     # run
     try:
         load("params.yaml")  # fail on bad params before DVC starts anything

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.corpus import PAIR_SCHEMA, iter_pair_batches
+from pipeline.corpus import PAIR_SCHEMA, count_rows, iter_pair_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import CleanParams, Params
 from pipeline.text_checks import (
@@ -373,9 +373,14 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
 
 
 def _clean_split(cleaner: Cleaner, split: str, source: Path, out: Path) -> dict[str, Any]:
+    from tqdm import tqdm
+
     counts = {"input": 0, "kept": 0, "rejected": 0}
     reasons: Counter[str] = Counter()
-    with pq.ParquetWriter(out / f"{split}.parquet", PAIR_SCHEMA) as writer:
+    # disable=None: a bar on a terminal only; a log file (DVC, CI, Prefect) gets none of its redraws.
+    progress = tqdm(total=count_rows(source), desc=f"clean {split}", unit="pairs", unit_scale=True, mininterval=2,
+                    disable=None)
+    with pq.ParquetWriter(out / f"{split}.parquet", PAIR_SCHEMA) as writer, progress:
         for batch in iter_pair_batches(source):
             batch = batch.cast(PAIR_SCHEMA)
             counts["input"] += len(batch)
@@ -386,6 +391,7 @@ def _clean_split(cleaner: Cleaner, split: str, source: Path, out: Path) -> dict[
                 batch = cleaner.eval_split(batch)
             writer.write_batch(batch)
             counts["kept"] += len(batch)
+            progress.update(counts["input"] - progress.n)
     counts["rejected"] = sum(reasons.values())
     if counts["kept"] + counts["rejected"] != counts["input"]:
         raise PipelineError(f"clean lost rows in split '{split}': {counts}")  # an invariant, never expected

@@ -264,14 +264,19 @@ def subsampled(pairs: Iterable[Pair], params: Params, total: int | None, note: d
 
 def write_split(pairs: Iterable[Pair], out: Path) -> int:
     """Stream pairs into a Parquet file, one row group per BATCH_ROWS pairs; returns the row count."""
+    from tqdm import tqdm
+
     rows = 0
     pairs = iter(pairs)
-    with pq.ParquetWriter(out, PAIR_SCHEMA) as writer:
+    # The total is unknown while streaming: the bar counts. disable=None: on a terminal only, not in log files.
+    progress = tqdm(desc=f"download {out.stem}", unit="pairs", unit_scale=True, mininterval=2, disable=None)
+    with pq.ParquetWriter(out, PAIR_SCHEMA) as writer, progress:
         while chunk := list(islice(pairs, BATCH_ROWS)):
             columns = list(zip(*chunk, strict=True))
             arrays = [pa.array(c, t) for c, t in zip(columns, PAIR_SCHEMA.types, strict=True)]
             writer.write_batch(pa.record_batch(arrays, PAIR_SCHEMA))
             rows += len(chunk)
+            progress.update(len(chunk))
     return rows
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.corpus import iter_pair_batches
+from pipeline.corpus import count_rows, iter_pair_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import Params
 from pipeline.token_arrays import TokenArrayWriter, flatten, token_dtype
@@ -185,10 +185,16 @@ def encode_split(
 
     Pairs with a side longer than `max_len` tokens are counted; with `drop` they are left out of the arrays.
     """
+    from tqdm import tqdm
+
     writers = {side: TokenArrayWriter(prefix.parent / f"{prefix.name}.{side}", np.dtype(dtype)) for side in SIDES}
     lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
     unknown = total = overlong = 0
+    # disable=None: a bar on a terminal only; a log file (DVC, CI, Prefect) gets none of its redraws.
+    progress = tqdm(total=count_rows(parquet), desc=f"encode {parquet.stem}", unit="pairs", unit_scale=True,
+                    mininterval=2, disable=None)
     for batch in iter_pair_batches(parquet, ["src", "tgt"]):
+        progress.update(len(batch))
         encoded = {side: encoders[side](batch.column(side).to_pylist()) for side in SIDES}
         too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
         overlong += int(too_long.sum())
@@ -200,6 +206,7 @@ def encode_split(
             lengths[side].append(n)
             total += int(n.sum())
             unknown += int(np.count_nonzero(flat == unk_id))
+    progress.close()
     rows = {side: writers[side].close() for side in SIDES}
     return {
         "pairs": rows["src"],

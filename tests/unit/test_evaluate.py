@@ -1,5 +1,5 @@
 """The evaluate stage: beam search on every test set, BLEU/chrF/TER with signatures keyed by test set, hypotheses,
-a per-sentence table and a markdown report of the best and worst sentences.
+a per-sentence table, a markdown report of the best and worst sentences and the same as a page that loads nothing.
 
 One module-scoped run of the stage on the untrained tiny model (two small test sets, beam 2) serves the file
 assertions; the scoring helpers are pinned on hand-made sentences.
@@ -17,6 +17,9 @@ from pipeline.artifacts import Paths, read_json
 from pipeline.errors import MissingArtifact
 from pipeline.params import parse
 from stages import evaluate
+from stages.evaluate.length_plot import length_bins, length_plot_svg, nice_step
+from stages.evaluate.report_html import html_report
+from stages.evaluate.report_markdown import markdown_report
 from tests.unit.export_helpers import one_torch_thread
 
 pytestmark = pytest.mark.usefixtures("torch_on_one_thread")
@@ -166,6 +169,70 @@ def test_the_table_and_the_report_survive_tabs_quotes_and_pipes_in_sentences(tmp
     rows = evaluate.score_sentences(['He said "hi"\tthen left | ok'], ["a | b"], ["a | b"])
     evaluate.write_sentence_table(tmp_path / "t.tsv", rows)
     assert read_table(tmp_path / "t.tsv")[0]["src"] == 'He said "hi"\tthen left | ok'
-    report = evaluate.markdown_report({}, {"t": rows}, parse({}).evaluate)
+    report = markdown_report({}, {"t": rows}, parse({}).evaluate)
     line = next(x for x in report.splitlines() if x.startswith("| 1 |"))
     assert line.count(" | ") == 4 and "a \\| b" in line
+
+
+def test_eval_json_has_bleus_length_ratio_of_the_written_hypotheses(evaluated):
+    from sacrebleu.metrics import BLEU
+
+    from pipeline.corpus import read_pairs
+
+    paths, _ = evaluated
+    metrics = read_json(paths.metrics("eval"))
+    for split in TEST_SETS:
+        hyps = (paths.eval_dir / f"{split}.hyp.txt").read_text(encoding="utf-8").splitlines()
+        _, refs = read_pairs(paths.split_file(paths.clean, split))
+        assert metrics[split]["length_ratio"] == round(BLEU().corpus_score(hyps, [refs]).ratio, 3)
+
+
+def test_the_html_report_shows_every_test_sets_scores_plot_and_sentences_and_loads_nothing(evaluated):
+    from pipeline.offline_pages import offline_problems, page_references
+
+    paths, _ = evaluated
+    page = paths.eval_dir / "index.html"
+    html = page.read_text(encoding="utf-8")
+    metrics = read_json(paths.metrics("eval"))
+    for split in TEST_SETS:
+        assert f'<section id="{split}">' in html
+        assert f"{metrics[split]['bleu']:.2f}" in html and f"{metrics[split]['length_ratio']:.3f}" in html
+        assert metrics[split]["signature"]["chrf"] in html
+        assert f'href="{split}.sentences.tsv"' in html
+    assert html.count('<svg class="length-plot"') == len(TEST_SETS)
+    assert html.count('<circle class="dot"') == sum(TEST_SETS.values())
+    assert html.count("Best 3 by sentence BLEU") == html.count("Worst 3 by sentence BLEU") == len(TEST_SETS)
+    # Nothing to fetch (the links to the stage's own files are followed by a reader, not loaded).
+    assert page_references(page) == []
+    assert offline_problems(paths.eval_dir, [page]) == []
+
+
+def test_the_html_report_escapes_sentences():
+    rows = evaluate.score_sentences(['<script>alert("x")</script> & co'], ["a < b"], ["a < b"])
+    html = html_report({"t": {**evaluate.score(["a < b"], ["a < b"]), "sentences": 1}}, {"t": rows},
+                       parse({}).evaluate)
+    assert "<script>alert" not in html and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co" in html
+    assert "a &lt; b" in html
+
+
+def test_length_bins_average_equal_groups_from_the_shortest_sentences_up():
+    rows = [evaluate.ScoredSentence(i, " ".join(["w"] * words), "r", "h", bleu)
+            for i, (words, bleu) in enumerate([(1, 10.0), (2, 20.0), (3, 30.0), (4, 40.0), (10, 0.0)], start=1)]
+    assert length_bins(rows, bins=2) == [(1.5, 15.0, 2), (17 / 3, 70 / 3, 3)]
+    assert length_bins(rows[:1], bins=10) == [(1.0, 10.0, 1)]
+
+
+def test_nice_steps_divide_the_axis_into_at_most_eight_ticks():
+    assert [nice_step(span) for span in (1, 7, 8, 9, 25, 41, 130)] == [0.2, 1, 1, 2, 5, 10, 20]
+    assert all(span / nice_step(span) <= 8 for span in range(1, 500))
+
+
+def test_the_length_plot_places_a_dot_per_sentence_within_the_axes():
+    import re
+
+    rows = [evaluate.ScoredSentence(i, " ".join(["w"] * (i % 30 + 1)), "r", "h", float(i % 101)) for i in range(1, 201)]
+    svg = length_plot_svg(rows, "t")
+    dots = re.findall(r'<circle class="dot" cx="([\d.]+)" cy="([\d.]+)"', svg)
+    assert len(dots) == 200
+    assert all(52 <= float(x) <= 720 - 16 and 14 <= float(y) <= 280 - 44 for x, y in dots)
+    assert length_plot_svg([], "t") == ""

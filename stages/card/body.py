@@ -1,0 +1,180 @@
+"""The model card's text (markdown, after the YAML metadata): what a person deciding whether to use the model
+needs, all of it read from the run's own files, never typed by hand.
+
+Scores per test set with their signatures; the training data (source, rows per split from the download's
+manifest, rows the clean stage kept and why it rejected the others); the model and the params that shaped it;
+how training went (time, hardware, stopping point); the export's parity with PyTorch; and how to use it with
+transformers, `mtpipe translate` and CTranslate2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from pipeline.params import Params
+from pipeline.run_figures import ExportParity, ScoredTestSet, TrainingRun
+from stages.card.metadata import model_name
+
+
+@dataclass(frozen=True)
+class CardInputs:
+    """Everything the card shows, read once by the stage."""
+
+    params: Params
+    scored: list[ScoredTestSet]
+    training: TrainingRun
+    parity: ExportParity
+    manifest: dict[str, Any]  # data/raw/manifest.json
+    clean: dict[str, Any]  # metrics/clean.json
+    model_config: dict[str, Any]  # models/final/config.json
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]], right: tuple[int, ...] = ()) -> list[str]:
+    align = ["---:" if i in right else "---" for i in range(len(header))]
+    return [f"| {' | '.join(header)} |", f"|{'|'.join(align)}|",
+            *(f"| {' | '.join('' if v is None else str(v) for v in row)} |" for row in rows)]
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def scores_section(card: CardInputs) -> list[str]:
+    rows = [(s.test_set, s.sentences, _number(s.bleu), _number(s.chrf), _number(s.ter), _number(s.length_ratio, 3))
+            for s in card.scored]
+    lines = ["## Scores", "", "sacreBLEU on detokenized, cased text against one reference; length ratio is hypothesis "
+             "over reference length in BLEU's tokens.", "",
+             *_table(("test set", "sentences", "BLEU", "chrF", "TER", "length ratio"), rows, right=(1, 2, 3, 4, 5))]
+    if card.scored:
+        lines += ["", "Signatures:", ""]
+        lines += [f"- {name}: `{signature}`" for name, signature in card.scored[0].signatures.items()]
+    e = card.params.evaluate
+    lines += ["", f"Decoding: beam {e.beam}, length penalty {e.length_penalty}, at most {e.max_len_a} x source + "
+              f"{e.max_len_b} tokens."]
+    return lines
+
+
+def _input_name(path: str) -> str:
+    """An input file by its name, not by where it lay on the machine that ran the pipeline."""
+    return PurePath(path).name
+
+
+def data_section(card: CardInputs) -> list[str]:
+    manifest, clean = card.manifest, card.clean.get("splits", {})
+    source = manifest.get("source", "?")
+    described = {"sample": "the embedded sample corpus of mtpipe", "files": "local files",
+                 "wmt14": f"WMT14 ({manifest.get('dataset', '')}, revision {manifest.get('revision') or 'latest'})"}
+    rows = []
+    for split, read in manifest.get("splits", {}).items():
+        kept = clean.get(split, {})
+        reasons = ", ".join(f"{reason} {n}" for reason, n in kept.get("reasons", {}).items())
+        rows.append((split, read, kept.get("kept"), kept.get("rejected"), reasons))
+    lines = ["## Training data", "",
+             f"{card.params.data.src_lang} → {card.params.data.tgt_lang} pairs from {described.get(source, source)}.",
+             "", *_table(("split", "pairs read", "kept", "rejected", "rejected because"), rows, right=(1, 2, 3))]
+    if manifest.get("subsample"):
+        lines += ["", f"Training pairs subsampled: `{manifest['subsample']}`."]
+    if manifest.get("inputs"):
+        lines += ["", "Input files (sha256):", ""]
+        lines += [f"- `{_input_name(path)}` `{sha[:16]}…`" for path, sha in manifest["inputs"].items()]
+    return lines
+
+
+def model_section(card: CardInputs) -> list[str]:
+    p, config, run = card.params, card.model_config, card.training
+    arch = p.model.architecture()
+    init = f"fine-tuned from `{p.model.name_or_path}`" if p.model.init == "pretrained" else "trained from scratch"
+    t = p.train
+    shaped = [
+        ("architecture", f"Marian transformer, preset `{p.model.preset}`: d_model {arch['d_model']}, "
+                         f"{arch['encoder_layers']}+{arch['decoder_layers']} layers, {arch['attention_heads']} heads, "
+                         f"FFN {arch['ffn_dim']}, dropout {arch['dropout']}"),
+        ("parameters", f"{run.parameters:,}" if run.parameters else "n/a"),
+        ("vocabulary", f"{config.get('vocab_size')} pieces, SentencePiece {p.tokenize.model_type}"
+                       f"{', one model for both languages' if p.tokenize.joint else ', one model per language'}"
+                       f"{', embeddings tied to the output projection' if p.model.tie_embeddings else ''}"),
+        ("optimisation", f"AdamW, lr {t.lr}, {t.warmup_steps} warmup steps (inverse sqrt), weight decay "
+                         f"{t.weight_decay}, label smoothing {t.label_smoothing}, clip norm {t.clip_norm}"),
+        ("batches", f"{t.max_tokens} tokens x update_freq {t.update_freq} x {run.processes} process(es), "
+                    f"sentences up to {t.max_len} tokens"),
+        ("limits", ", ".join(f"{name} {'none' if value is None else value}" for name, value in (
+            ("max_steps", t.max_steps), ("max_epochs", t.max_epochs), ("max_minutes", t.max_minutes),
+            ("patience", t.patience)))),
+        ("precision, seed", f"{t.precision}, seed {t.seed}"),
+    ]
+    minutes = f"{run.seconds / 60:.1f} min" if run.seconds is not None else "n/a"
+    figures = [
+        ("updates", f"{run.steps} ({run.epochs} epochs), stopped by {run.stop_reason}"),
+        ("training time", f"{minutes} on {run.hardware}"),
+        ("throughput", f"{run.tgt_tokens_per_s} target tokens/s (median)" if run.tgt_tokens_per_s else "n/a"),
+        ("best valid loss", f"{run.best_valid_loss} (valid BLEU {run.best_valid_bleu})"),
+        ("weights", run.final_model),
+    ]
+    return ["## Model and training", "", f"`MarianMTModel` {init} by mtpipe's train stage (a plain PyTorch loop).",
+            "", *_table(("", "params.yaml"), shaped), "", *_table(("", "this run"), figures)]
+
+
+def export_section(card: CardInputs) -> list[str]:
+    x = card.parity
+    lines = ["## Export", "", f"`models/export` holds {', '.join(x.formats) or 'no graphs'}; on {x.sentences} "
+             "parity sentences, against PyTorch:", ""]
+    rows = [("greedy outputs identical", "n/a" if x.identical_share is None else f"{x.identical_share:.1%}"),
+            ("largest logit difference (fp32, max abs)",
+             "n/a" if x.max_logit_diff is None else f"{x.max_logit_diff:.1e}"),
+            ("corpus BLEU difference", _number(x.bleu_delta))]
+    if x.int8_identical_share is not None:
+        rows += [("int8: greedy outputs identical", f"{x.int8_identical_share:.1%}"),
+                 ("int8: corpus BLEU difference", _number(x.int8_bleu_delta))]
+    return [*lines, *_table(("", ""), rows)]
+
+
+def usage_section(card: CardInputs) -> list[str]:
+    beam = card.params.evaluate.beam
+    # json.dumps: a Python string literal in double quotes, whatever the sentence holds.
+    example = json.dumps("The weather is nice today." if card.params.data.src_lang == "en" else "...")
+    return [
+        "## Use", "",
+        "With transformers (its `translation` pipeline is gone in version 5: `generate` it is):", "",
+        "```python",
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+        "",
+        'model = AutoModelForSeq2SeqLM.from_pretrained("models/release")',
+        'tokenizer = AutoTokenizer.from_pretrained("models/release")',
+        f'batch = tokenizer([{example}], return_tensors="pt", padding=True)',
+        f"out = model.generate(**batch, num_beams={beam}, max_new_tokens=256)",
+        "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
+        "```", "",
+        "With the ONNX export, on ONNX Runtime alone (no torch), one sentence a line:", "",
+        "```bash",
+        f"mtpipe translate --model models/export --beam {beam} < input.{card.params.data.src_lang} "
+        f"> output.{card.params.data.tgt_lang}",
+        "```", "",
+        "With CTranslate2 (`export.ctranslate2: true` writes `models/export/ctranslate2`; or convert this directory):",
+        "",
+        "```python",
+        "import ctranslate2",
+        "from transformers import AutoTokenizer",
+        "",
+        "# ct2-transformers-converter --model models/release --output_dir ct2 --quantization int8",
+        'translator = ctranslate2.Translator("ct2")',
+        'tokenizer = AutoTokenizer.from_pretrained("models/release")',
+        f"source = tokenizer.convert_ids_to_tokens(tokenizer.encode({example}))",
+        f"best = translator.translate_batch([source], beam_size={beam})[0].hypotheses[0]",
+        "print(tokenizer.decode(tokenizer.convert_tokens_to_ids(best)))",
+        "```",
+    ]
+
+
+def card_body(card: CardInputs) -> str:
+    src, tgt = card.params.data.src_lang, card.params.data.tgt_lang
+    headline = ", ".join(f"{s.test_set} BLEU {s.bleu:.2f} / chrF {s.chrf:.2f}" for s in card.scored)
+    lines = [f"# {model_name(card.params)}", "",
+             f"Translates {src} into {tgt}. {headline}.", "",
+             "Everything on this card was written by the pipeline's card stage from the run's own metrics and "
+             "params (`dvc repro` rewrites it).", ""]
+    for section in (scores_section, data_section, model_section, export_section, usage_section):
+        lines += [*section(card), ""]
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""`mtpipe summary` tells at a glance how the run went and where everything is; `mtpipe plots` writes the training
+curves as a page that loads nothing from another host."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.artifacts import Paths, write_json
+from pipeline.cli import main, summary
+from pipeline.offline_pages import page_references
+from pipeline.plots_page import PLOTS_DIR
+from tests.unit.test_card import EVAL, EXPORT, TRAIN
+
+DVC = Path(sys.executable).with_name("dvc")
+
+
+def test_summary_gives_scores_signatures_training_export_and_pages(tmp_path):
+    paths = Paths(tmp_path)
+    for name, content in (("eval", EVAL), ("train", TRAIN), ("export", EXPORT)):
+        write_json(paths.metrics(name), content)
+    (paths.eval_dir).mkdir(parents=True)
+    (paths.eval_dir / "index.html").write_text("<p>report</p>")
+    text = summary(paths)
+    assert ("  newstest2014         BLEU  27.31   chrF  56.20   TER  60.50   length ratio 0.987   (3003 sentences)"
+            in text)
+    assert f"  signatures: bleu  {EVAL['newstest2014']['signature']['bleu']}" in text
+    assert ("Training: 1200 steps (max_steps) in 4.8 min on 2 x cuda, bf16; best valid loss 3.21, valid BLEU 24.7"
+            in text)
+    assert ("Export (onnx, onnx_int8, torchscript): 100.0% of greedy outputs identical to PyTorch, max logit diff "
+            "7.0e-07, BLEU delta +0.00; int8: 87.5% identical, BLEU delta -0.12") in text
+    assert f"  evaluation report                      {paths.eval_dir / 'index.html'}\n" in text
+    assert f"{paths.root / PLOTS_DIR / 'index.html'}  (missing: run `mtpipe plots`)" in text
+    assert f"{paths.root / 'models' / 'release'}  (missing)" in text
+
+
+def test_summary_of_an_older_eval_json_without_ter_or_length_ratio_still_reads(tmp_path):
+    paths = Paths(tmp_path)
+    write_json(paths.metrics("eval"), {"test": {"bleu": 1.5, "chrf": 20.0, "sentences": 9, "signature": {"bleu": "s"}}})
+    assert "  test                 BLEU   1.50   chrF  20.00   (9 sentences)" in summary(paths)
+
+
+def dvclive_project(root: Path) -> Path:
+    """A DVC project (no git) with two DVCLive-style curves and the plots section the train stage declares."""
+    subprocess.run([str(DVC), "init", "--no-scm", "-q"], cwd=root, check=True)
+    curves = {"train/loss.tsv": [(0, 9.5), (10, 7.1), (20, 5.0)], "valid/loss.tsv": [(10, 8.0), (20, 6.2)]}
+    for name, rows in curves.items():
+        path = root / "dvclive" / "plots" / "metrics" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("step\tloss\n" + "".join(f"{step}\t{loss}\n" for step, loss in rows))
+    (root / "dvc.yaml").write_text("plots:\n  - dvclive/plots/metrics:\n      x: step\n")
+    return root
+
+
+def test_plots_writes_the_training_curves_with_vega_beside_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(dvclive_project(tmp_path))
+    assert main(["plots"]) == 0
+    page = tmp_path / PLOTS_DIR / "index.html"
+    assert f"training curves: {page.resolve()}" in capsys.readouterr().out
+    html = page.read_text(encoding="utf-8")
+    assert html.count("vegaEmbed(") == 2 and "cdn.jsdelivr.net" not in html
+    assert [ref.url for ref in page_references(page)] == [
+        "static/web/vega@5.20.2/build/vega.min.js", "static/web/vega-lite@5.2.0/build/vega-lite.min.js",
+        "static/web/vega-embed@6.18.2/build/vega-embed.min.js"]
+    assert all((page.parent / ref.url).is_file() for ref in page_references(page))
+    assert (page.parent / ".gitignore").read_text() == "*\n"
+
+
+def test_plots_outside_a_dvc_project_fails_with_dvcs_message(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plots", "-o", "out"]) == 1
+    assert "mtpipe plots:" in capsys.readouterr().err
