@@ -358,7 +358,7 @@ def test_a_fresh_clone_pulls_what_the_nightly_pushed_and_is_up_to_date(first_nig
 #  - measurements of the run itself: timings, throughput and CPU/memory use, in metrics files, in
 #    models/export/export.json and in the training checkpoints' progress history;
 #  - absolute paths: the download manifest records the project path of each source file, the ONNX exporter keeps
-#    Python stack traces and TorchScript keeps debug source locations, both with the path of stages/export.py;
+#    Python stack traces and TorchScript keeps debug source locations, both with the path of stages/export/;
 #  - Great Expectations Data Docs are stamped with each validation run's time, id and temporary batch path;
 #  - the training checkpoints save the global Python and NumPy RNG states, which training never seeds (it draws
 #    from its own seeded generators), so they hold whatever the process started with.
