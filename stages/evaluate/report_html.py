@@ -53,12 +53,14 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 
 def _summary_table(results: dict[str, Any]) -> str:
+    # No decoding time here (metrics/eval.json has it): the report is a function of the model and the data only,
+    # so two runs of the same model write the same reports/eval, byte for byte.
     head = ("<tr><th>test set</th><th class=num>sentences</th><th class=num>BLEU</th><th class=num>chrF</th>"
-            "<th class=num>TER</th><th class=num>length ratio</th><th class=num>seconds</th></tr>")
+            "<th class=num>TER</th><th class=num>length ratio</th></tr>")
     rows = [f'<tr><td><a href="#{escape(split)}">{escape(split)}</a></td><td class=num>{r["sentences"]}</td>'
             f'<td class=num>{_number(r["bleu"])}</td><td class=num>{_number(r["chrf"])}</td>'
-            f'<td class=num>{_number(r.get("ter"))}</td><td class=num>{_number(r.get("length_ratio"), 3)}</td>'
-            f'<td class=num>{_number(r.get("seconds"), 1)}</td></tr>' for split, r in results.items()]
+            f'<td class=num>{_number(r.get("ter"))}</td><td class=num>{_number(r.get("length_ratio"), 3)}</td></tr>'
+            for split, r in results.items()]
     return f"<table>{head}{''.join(rows)}</table>"
 
 
