@@ -220,10 +220,3 @@ class _ManifestFields:
             raise ExportDirError(f"{self.path}: field {dotted!r} is {node!r}, not {_JSON_TYPE_NAMES[kind]}")
         return node
 
-
-def largest_graph_diff(parity: dict[str, Any]) -> float | None:
-    """The largest max-abs difference to PyTorch over every checked graph of a parity report (metrics/export.json
-    or the manifest's `parity`); None when no graph was checked."""
-    diffs = [value for fmt in ("onnx", "torchscript") for key, value in parity.get(fmt, {}).items()
-             if key.endswith("_max_abs_diff")]
-    return max(diffs) if diffs else None

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.artifacts import Paths, read_json
-from pipeline.export_format import largest_graph_diff
 
 
 @dataclass(frozen=True)
@@ -110,3 +109,11 @@ def export_parity(paths: Paths) -> ExportParity | None:
         int8_identical_share=m.get("onnx_int8", {}).get("identical_share"),
         int8_bleu_delta=m.get("onnx_int8", {}).get("bleu_delta"),
     )
+
+
+def largest_graph_diff(parity: dict[str, Any]) -> float | None:
+    """The largest max-abs difference to PyTorch over every checked graph of a parity report (metrics/export.json
+    or the manifest's `parity`); None when no graph was checked."""
+    diffs = [value for fmt in ("onnx", "torchscript") for key, value in parity.get(fmt, {}).items()
+             if key.endswith("_max_abs_diff")]
+    return max(diffs) if diffs else None

@@ -46,9 +46,9 @@ from pipeline.export_format import (
     ONNX_FILES,
     ONNX_INT8_FILES,
     TORCHSCRIPT_FILES,
-    largest_graph_diff,
 )
 from pipeline.params import ExportParams, Params
+from pipeline.run_figures import largest_graph_diff
 from stages.export.ctranslate2_model import require_ctranslate2
 from stages.export.export_files import copy_model_files, size_mb
 from stages.export.gate import parity_failures
