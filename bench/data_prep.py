@@ -152,7 +152,7 @@ def measure_size(size: int, train: tuple[list[str], list[str]], args: argparse.N
         files = {"train": {"src": str(src), "tgt": str(tgt)}}
         files |= {split: {"src": str(args.multi30k / f"{name}.en.gz"), "tgt": str(args.multi30k / f"{name}.de.gz")}
                   for split, name in HELDOUT.items()}
-        (work / "data.json").write_text(json.dumps({"source": "files", "src_lang": "en", "tgt_lang": "de",
+        (work / "data.json").write_text(json.dumps({"source": "files", "directions": ["en-de"],
                                                     "files": files}), encoding="utf-8")
         result: dict[str, Any] = {"pairs": size, "generate_s": round(time.perf_counter() - started, 2), "stages": {}}
         for stage in STAGES:

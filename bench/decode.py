@@ -1,5 +1,10 @@
 """Benchmark decoding on Multi30k test_2016_flickr: transformers `generate`, the ONNX path, CTranslate2.
 
+One direction of the model: its only one, or the one --tgt (and --src) names on a multilingual model; the test
+set's files of those two languages are the sources and references, and every path reads each source as the model
+was trained to (`>>fr<< ...` where the model's targets are tagged: generate and CTranslate2 get the tagged text,
+the Translator gets tgt=).
+
 One trained model, beam 4, 2 threads for every path (torch.set_num_threads; the Translator's batches decoded at
 once, one ONNX Runtime thread each; CTranslate2 inter_threads x intra_threads). Each path translates the same
 sentences, in the same token-budget batches where it has batches of its own, after a short warm-up; the figures
@@ -26,6 +31,7 @@ every path's BLEU within 0.2 of `generate`. A table first, then, as the last lin
     .venv/bin/python bench/decode.py                          # models/final + models/export, all 1000 sentences
     .venv/bin/python bench/decode.py --limit 100              # a quick look
     .venv/bin/python bench/decode.py --model DIR --export DIR
+    .venv/bin/python bench/decode.py --model DIR --export DIR --tgt fr   # one direction of a multilingual model
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ WARMUP_SENTENCES = 8
 
 def read_gz_lines(path: Path, limit: int | None) -> list[str]:
     if not path.is_file():
-        sys.exit(f"{path} not found: pass --multi30k DIR (a directory with {TEST_SET}.en.gz and .de.gz)")
+        sys.exit(f"{path} not found: pass --multi30k DIR (a directory with {TEST_SET}.<lang>.gz per language)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\r\n") for line in f]
     return lines[:limit] if limit else lines
@@ -74,8 +80,10 @@ def timed(translate: Callable[[list[str]], list[str]], sources: list[str], repea
 # --------------------------------------------------------------------------------------------------- the paths
 
 
-def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) -> tuple[Callable, Any]:
-    """The evaluate stage's translate, with the export manifest's length rule (so every path decodes by one)."""
+def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace, tag: Callable[[str], str]
+                  ) -> tuple[Callable, Any]:
+    """The evaluate stage's translate, with the export manifest's length rule (so every path decodes by one), on
+    the sources as tagged by `tag`."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -87,7 +95,8 @@ def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) ->
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     settings = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens, max_len_a=generation.max_len_a,
                               max_len_b=generation.max_len_b)
-    return (lambda sources: translate(model, tokenizer, sources, settings, progress_bar=False)), tokenizer
+    return (lambda sources: translate(model, tokenizer, [tag(s) for s in sources], settings, progress_bar=False)
+            ), tokenizer
 
 
 class FlopCounter:
@@ -140,14 +149,15 @@ def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: 
 
     def translate(sources: list[str]) -> list[str]:
         counter.flops = 0.0  # so it holds the FLOPs of the last (timed) call
-        return translator.translate(sources, beam=args.beam)
+        return translator.translate(sources, beam=args.beam, tgt=args.direction.tgt, src=args.direction.src)
 
     return translate, counter
 
 
 def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer: Any, args: argparse.Namespace,
-                     workdir: Path) -> tuple[Callable, str]:
-    """CTranslate2 on the export's directory (or a conversion of model_dir), with the manifest's length rule."""
+                     workdir: Path, tag: Callable[[str], str]) -> tuple[Callable, str]:
+    """CTranslate2 on the export's directory (or a conversion of model_dir), with the manifest's length rule, on
+    the sources as tagged by `tag` (the tag is a source token: the converted model needs nothing else)."""
     import ctranslate2
 
     from pipeline.decoding import output_limit
@@ -170,7 +180,7 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
     generation, max_positions = manifest.generation, manifest.dims.max_positions
 
     def translate(sources: list[str]) -> list[str]:
-        tokens = [tokenizer.convert_ids_to_tokens(tokenizer(s)["input_ids"]) for s in sources]
+        tokens = [tokenizer.convert_ids_to_tokens(tokenizer(tag(s))["input_ids"]) for s in sources]
         # One limit per call (the longest source's).
         limit = output_limit(max(len(t) for t in tokens), generation.max_len_a, generation.max_len_b, max_positions)
         results = translator.translate_batch(
@@ -208,7 +218,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
         r["speedup_vs_generate"] = round(r["sentences_per_s"] / base["sentences_per_s"], 2)
         r["bleu_delta_vs_generate"] = round(r["bleu"] - base["bleu"], 2)
         r["identical_to_generate"] = round(sum(a == b for a, b in zip(r["hyps"], base["hyps"], strict=True)) / n, 4)
-    print(f"\nMulti30k {TEST_SET}: {n} sentences, beam {args.beam}, {args.threads} threads, "
+    print(f"\nMulti30k {TEST_SET} {args.direction}: {n} sentences, beam {args.beam}, {args.threads} threads, "
           f"max_tokens {args.max_tokens}, best of {args.repeat} run(s)")
     header = f"{'path':<12} {'seconds':>8} {'sent/s':>8} {'tgt tok/s':>10} {'x generate':>10} {'BLEU':>6} " \
              f"{'dBLEU':>6} {'identical':>9}"
@@ -234,9 +244,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
           f"{worst['bleu_delta_vs_generate']:+.2f} {'PASS' if goals['every_bleu_within_0.2_of_generate'] else 'MISS'}")
     for r in results.values():
         del r["hyps"]
-    return {"test_set": TEST_SET, "sentences": n, "beam": args.beam, "threads": args.threads,
-            "max_tokens": args.max_tokens, "repeat": args.repeat, "paths": results, "notes": notes, "goals": goals,
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+    return {"test_set": TEST_SET, "direction": str(args.direction), "sentences": n, "beam": args.beam,
+            "threads": args.threads, "max_tokens": args.max_tokens, "repeat": args.repeat, "paths": results,
+            "notes": notes, "goals": goals, "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
 
 
 def compute_bound(flops: float, results: dict[str, dict[str, Any]], threads: int) -> dict[str, float]:
@@ -264,6 +274,8 @@ def main() -> None:
                         help="export directory of the same model (default: models/export beside --model)")
     parser.add_argument("--multi30k", type=Path, default=MULTI30K, help="default: %(default)s")
     parser.add_argument("--limit", type=int, default=None, help="first N test sentences only")
+    parser.add_argument("--tgt", default=None, help="target language (needed on a model of several)")
+    parser.add_argument("--src", default=None, help="source language (needed where several go into --tgt)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=6000,
@@ -280,10 +292,20 @@ def main() -> None:
         if not path.is_file():
             sys.exit(f"{path} not found: train and export a model first (`dvc repro`), or pass --model/--export")
 
-    sources = read_gz_lines(args.multi30k / f"{TEST_SET}.en.gz", args.limit)
-    refs = read_gz_lines(args.multi30k / f"{TEST_SET}.de.gz", args.limit)
+    from pipeline.languages import UnknownDirection
+
     manifest = ExportManifest.read(export_dir)
-    generate, tokenizer = generate_path(args.model, manifest.generation, args)
+    try:
+        args.direction = manifest.pairs.find(args.src, args.tgt)
+    except UnknownDirection as err:
+        sys.exit(f"{export_dir}: {err} (--tgt, --src)")
+
+    def tag(source: str) -> str:
+        return manifest.pairs.tagged(source, args.direction.tgt)
+
+    sources = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.src}.gz", args.limit)
+    refs = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.tgt}.gz", args.limit)
+    generate, tokenizer = generate_path(args.model, manifest.generation, args, tag)
     results = {"generate": measure("generate", generate, sources, refs, tokenizer, args.repeat)}
     onnx, counter = onnx_path(export_dir, args, int8=False)
     results["onnx"] = measure("onnx", onnx, sources, refs, tokenizer, args.repeat)
@@ -306,7 +328,7 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as workdir:
             translate, notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer, args,
-                                                               Path(workdir))
+                                                               Path(workdir), tag)
             results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
     figures = report(results, args, len(sources), notes)
     figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)

@@ -121,8 +121,8 @@ def prepare(out: Path, multi30k: Path, pairs: int, vocab_size: int) -> None:
     for split, pattern in files.items():
         src, tgt = (read_lines(folder / pattern.format(lang)) for lang in ("en", "de"))
         n = min(len(src), pairs) if split == "train" else min(len(src), 500)
-        table = pa.table({"src": src[:n], "tgt": tgt[:n], "origin": [pattern.format("en")] * n,
-                          "line": list(range(1, n + 1))}, schema=PAIR_SCHEMA)
+        table = pa.table({"src": src[:n], "tgt": tgt[:n], "src_lang": ["en"] * n, "tgt_lang": ["de"] * n,
+                          "origin": [pattern.format("en")] * n, "line": list(range(1, n + 1))}, schema=PAIR_SCHEMA)
         pq.write_table(table, clean / f"{split}.parquet")
     tokenize.run(parse({"tokenize": {"vocab_size": vocab_size}}), Paths(out))
     shutil.rmtree(clean)
@@ -312,11 +312,12 @@ def synthetic_corpus(root: Path, vocab: int, pairs: int, seed: int = 1) -> Path:
     """Random ids with WMT-like lengths (source 4-80 tokens, target about 1.1x); every sentence ends in </s>."""
     import numpy as np
 
-    from pipeline.token_arrays import TokenArrayWriter
+    from pipeline.token_arrays import TokenArrayWriter, write_row_directions
 
     out = root / "tokenized"
     (out / "hf_tokenizer").mkdir(parents=True)
-    meta = {"vocab_size": vocab, "pad_id": vocab - 1, "eos_id": 0, "unk_id": 1, "joint": True, "dtype": "uint16"}
+    meta = {"vocab_size": vocab, "pad_id": vocab - 1, "eos_id": 0, "unk_id": 1, "joint": True, "dtype": "uint16",
+            "directions": ["en-de"], "target_tags": False}
     (out / "meta.json").write_text(json.dumps(meta))
     rng = np.random.default_rng(seed)
     for split, n in (("train", pairs), ("valid", 256)):
@@ -328,6 +329,7 @@ def synthetic_corpus(root: Path, vocab: int, pairs: int, seed: int = 1) -> Path:
             writer = TokenArrayWriter(out / f"{split}.{side}", np.dtype("uint16"))
             writer.add_flat(ids, lengths)
             writer.close()
+        write_row_directions(out / split, np.zeros(n, dtype=np.uint8))  # one direction: every row is en-de
     return out
 
 

@@ -15,10 +15,12 @@ whole-corpus throughput with 0 errors; at 1 client its p99 latency is at most 2x
 A table first, then, as the last line, one JSON object with every figure.
 
 Bounded: each client count sends at most --requests requests (default: every sentence once) and stops after
---time-limit-s seconds; nothing but loopback is used.
+--time-limit-s seconds; nothing but loopback is used. Both paths translate one direction: the export's only one, or
+the one --tgt (and --src, where several sources go into that target) names on a multilingual export.
 
     .venv/bin/python bench/serve.py --export models/export --test-src ../shared/data/multi30k/test_2016_flickr.en.gz
     .venv/bin/python bench/serve.py --export DIR --test-src FILE --clients 1 8 --requests 200   # a quick look
+    .venv/bin/python bench/serve.py --export DIR --test-src FILE --tgt fr                       # multilingual
 """
 
 from __future__ import annotations
@@ -72,18 +74,19 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
 def direct_figures(args: argparse.Namespace, lines: list[str], beam: int) -> tuple[dict[str, Any], list[str]]:
     from pipeline.translate import Translator
 
+    direction = {"src": args.direction.src, "tgt": args.direction.tgt}
     batched = Translator(args.export, int8=args.int8, threads=args.workers)
-    batched.translate(lines[:WARMUP_REQUESTS], beam=beam)
+    batched.translate(lines[:WARMUP_REQUESTS], beam=beam, **direction)
     started = time.perf_counter()
-    translations = batched.translate(lines, beam=beam)
+    translations = batched.translate(lines, beam=beam, **direction)
     seconds = time.perf_counter() - started
 
     single = Translator(args.export, int8=args.int8, threads=1)
-    single.translate(lines[:WARMUP_REQUESTS], beam=beam)
+    single.translate(lines[:WARMUP_REQUESTS], beam=beam, **direction)
     times = []
     for line in lines[: args.single_sentences]:
         started = time.perf_counter()
-        single.translate([line], beam=beam)
+        single.translate([line], beam=beam, **direction)
         times.append(time.perf_counter() - started)
     return {"sentences": len(lines), "seconds": seconds, "sentences_per_s": len(lines) / seconds,
             "single_sentence_ms": percentiles_ms(times), "single_sentences": len(times)}, translations
@@ -157,8 +160,7 @@ def service_figures(args: argparse.Namespace, lines: list[str], direct: list[str
              "--max-batch-tokens", str(args.max_batch_tokens), *(["--int8"] if args.int8 else [])]
     figures = {}
     with ServiceProcess(args.export, *flags) as service:
-        listing = json.loads(service.get("/languages")[1])
-        languages = (listing[0]["code"], listing[0]["targets"][0])
+        languages = (args.direction.src, args.direction.tgt)
         ClientRun(service.url, lines, languages, WARMUP_REQUESTS, 30).run(2)
         for clients in args.clients:
             print(f"service, {clients} clients ...", file=sys.stderr, flush=True)
@@ -174,7 +176,7 @@ def service_figures(args: argparse.Namespace, lines: list[str], direct: list[str
 
 def report(args: argparse.Namespace, direct: dict[str, Any], service: dict[int, dict[str, Any]]) -> dict:
     single = direct["single_sentence_ms"]
-    print(f"\n{args.test_src.name}: {direct['sentences']} sentences, beam {args.beam_used}, "
+    print(f"\n{args.test_src.name} ({args.direction}): {direct['sentences']} sentences, beam {args.beam_used}, "
           f"{'int8' if args.int8 else 'fp32'}, {args.workers} workers, max wait {args.max_wait_ms:g} ms, "
           f"max batch tokens {args.max_batch_tokens}")
     print(f"direct, whole corpus: {direct['sentences_per_s']:.1f} sentences/s ({direct['seconds']:.2f} s); "
@@ -209,7 +211,8 @@ def report(args: argparse.Namespace, direct: dict[str, Any], service: dict[int, 
         g = goals["latency"]
         print(f"  1 client p99 <= {GOAL_P99_RATIO:g}x single-sentence p99: {g['p99_vs_single_sentence_p99']:.2f}x  "
               f"{'PASS' if g['met'] else 'MISS'}")
-    return {"export": str(args.export), "test_src": str(args.test_src), "beam": args.beam_used, "int8": args.int8,
+    return {"export": str(args.export), "test_src": str(args.test_src), "direction": str(args.direction),
+            "beam": args.beam_used, "int8": args.int8,
             "workers": args.workers, "max_wait_ms": args.max_wait_ms, "max_batch_tokens": args.max_batch_tokens,
             "machine": platform.machine(), "python": platform.python_version(), "direct": direct,
             "service": {str(c): r for c, r in service.items()}, "goals": goals}
@@ -227,6 +230,8 @@ def main() -> None:
                         help="most seconds per client count (default: %(default)s)")
     parser.add_argument("--single-sentences", type=int, default=300,
                         help="sentences decoded one at a time for the single-sentence time (default: %(default)s)")
+    parser.add_argument("--tgt", default=None, help="target language (needed on an export of several)")
+    parser.add_argument("--src", default=None, help="source language (needed where several go into --tgt)")
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="the service's --workers and the direct threads")
     defaults = ServeSettings(model_dir=Path("unused"))
@@ -237,8 +242,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from pipeline.export_format import ExportManifest
+    from pipeline.languages import UnknownDirection
 
-    args.beam_used = ExportManifest.read(args.export).generation.beam  # the service's default too
+    manifest = ExportManifest.read(args.export)
+    args.beam_used = manifest.generation.beam  # the service's default too
+    try:
+        args.direction = manifest.pairs.find(args.src, args.tgt)
+    except UnknownDirection as err:
+        sys.exit(f"{args.export}: {err} (--tgt, --src)")
     lines = read_lines(args.test_src, args.limit)
     print(f"direct: {len(lines)} sentences ...", file=sys.stderr, flush=True)
     direct, translations = direct_figures(args, lines, args.beam_used)

@@ -5,9 +5,11 @@
 (Not named tokenize.py: a script's folder comes first on sys.path, and that name would hide the standard
 library's `tokenize` module, which pandas and others import.)
 
-Builds a corpus of `--pairs` training pairs from Multi30k train (replicas with small perturbations, as in
-bench/data_prep.py) as cleaned Parquet, trains a SentencePiece model once (not timed), then times
-- stage:    `stages.tokenize.encode_split` end to end: read Parquet batches, encode both sides, write arrays;
+Builds a corpus of `--pairs` en-de training pairs (one direction) from Multi30k train (replicas with small
+perturbations, as in bench/data_prep.py) as cleaned Parquet, trains a SentencePiece model once (not timed), then
+times
+- stage:    `stages.tokenize.encode_split` end to end: read Parquet batches, encode both sides, write arrays and
+            each row's direction (`train.dir.npy`);
 - raw:      `SentencePieceProcessor.encode(lines, num_threads=...)` on the same lines already in memory;
 and opening the encoded corpus (`TokenArray.open`, memory-mapped). Medians of `--repeats` runs.
 Goal (printed, not asserted): stage >= 0.8x raw pairs/s. Last line: one JSON object with every figure.
@@ -57,8 +59,8 @@ def build_corpus(pairs: int, multi30k: Path, out: Path, seed: int = 1) -> Path:
         src.append(s)
         tgt.append(t)
     path = out / "train.parquet"
-    table = pa.table({"src": src, "tgt": tgt, "origin": ["bench"] * pairs, "line": list(range(1, pairs + 1))},
-                     schema=PAIR_SCHEMA)
+    table = pa.table({"src": src, "tgt": tgt, "src_lang": ["en"] * pairs, "tgt_lang": ["de"] * pairs,
+                      "origin": ["bench"] * pairs, "line": list(range(1, pairs + 1))}, schema=PAIR_SCHEMA)
     pq.write_table(table, path, row_group_size=65_536)
     return path
 
@@ -81,9 +83,10 @@ def main() -> None:
     import sentencepiece as spm
 
     from pipeline.corpus import read_pairs
+    from pipeline.languages import Directions
     from pipeline.params import parse
     from pipeline.token_arrays import TokenArray
-    from stages.tokenize import encode_split, spm_encoder, train_spm
+    from stages.tokenize import encode_split, sentences_of, spm_encoder, train_spm
 
     threads = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,11 +96,12 @@ def main() -> None:
         build_s = time.perf_counter() - t0
         params = parse({"tokenize": {"vocab_size": args.vocab_size, "input_sentence_size": 200_000}})
         t0 = time.perf_counter()
-        model = train_spm(params, parquet, root / "spm.model", ("src", "tgt"))
+        model = train_spm(params, sentences_of(parquet, ("src", "tgt")), root / "spm.model")
         train_s = time.perf_counter() - t0
         sp = spm.SentencePieceProcessor(model_file=str(model))
         eos = sp.piece_to_id("</s>")
         encoders = {side: spm_encoder(model, eos, threads) for side in ("src", "tgt")}
+        direction = Directions.of(["en-de"])  # one direction, as the corpus: no target tags
         src, tgt = read_pairs(parquet)
         (root / "meta.json").write_text(json.dumps({"dtype": "uint16"}))
 
@@ -108,7 +112,8 @@ def main() -> None:
             sp.encode(tgt, num_threads=threads)
             raw_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            stats = encode_split(encoders, parquet, root / "train", "uint16", sp.piece_to_id("<unk>"), 10**6, False)
+            stats = encode_split(encoders, parquet, root / "train", "uint16", sp.piece_to_id("<unk>"), 10**6, False,
+                                 direction)
             stage_s.append(time.perf_counter() - t0)
         del src, tgt
 
@@ -118,7 +123,8 @@ def main() -> None:
         open_s = time.perf_counter() - t0
         lengths = arrays.lengths
         sample = int(np.asarray(arrays[len(arrays) - 1]).sum())  # touch the last sentence through the map
-        disk_mb = sum(p.stat().st_size for p in root.glob("train.*")) / 2**20
+        # The arrays and train.dir.npy; train.parquet (the input) shares the prefix.
+        disk_mb = sum(p.stat().st_size for p in root.glob("train.*") if p.suffix != ".parquet") / 2**20
 
     raw, stage = statistics.median(raw_s), statistics.median(stage_s)
     figures = {

@@ -70,8 +70,9 @@ def prepare_data(multi30k: Path, work: Path, vocab_size: int) -> dict[str, Any]:
     clean.mkdir(parents=True)
     for split, name in (("train", "train"), ("valid", "val")):
         src, tgt = read_gz_lines(multi30k / f"{name}.en.gz"), read_gz_lines(multi30k / f"{name}.de.gz")
-        table = pa.table({"src": src, "tgt": tgt, "origin": [name] * len(src), "line": list(range(1, len(src) + 1))},
-                         schema=PAIR_SCHEMA)
+        n = len(src)
+        table = pa.table({"src": src, "tgt": tgt, "src_lang": ["en"] * n, "tgt_lang": ["de"] * n,
+                          "origin": [name] * n, "line": list(range(1, n + 1))}, schema=PAIR_SCHEMA)
         pq.write_table(table, clean / f"{split}.parquet")
     params = parse({"tokenize": {"vocab_size": vocab_size}})
     tokenize.run(params, Paths(work))

@@ -6,6 +6,7 @@
   mtpipe params         validate params.yaml and print the effective settings (presets resolved)
   mtpipe stage NAME     run one stage directly, outside DVC (for debugging)
   mtpipe flow ...       Prefect: run the pipeline flow once, run an experiment, serve the deployments
+  mtpipe translate      stdin to stdout, line by line, with the exported model (`--tgt fr` on a multi-target one)
   mtpipe serve          the exported model as an HTTP translation service (needs the `serve` extra)
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from pipeline.artifacts import Paths
 from pipeline.params import ParamsError, load
 from pipeline.plots_page import PLOTS_DIR, write_plots_page
-from pipeline.run_figures import export_parity, scored_test_sets, training_run
+from pipeline.run_figures import export_parity, score_lines, training_run
 
 STAGES = ("check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card")
 
@@ -40,22 +41,6 @@ def ensure_dvc_repo(root: Path) -> None:
     subprocess.run([*_dvc(), "init", "--quiet", *([] if scm else ["--no-scm"])], cwd=root, check=True)
     subprocess.run([*_dvc(), "config", "core.analytics", "false"], cwd=root, check=True)
     subprocess.run([*_dvc(), "config", "core.check_update", "false"], cwd=root, check=True)
-
-
-def _score_lines(paths: Paths) -> list[str]:
-    scored = scored_test_sets(paths)
-    if not scored:
-        return ["No evaluation yet: run `mtpipe run` (or `dvc repro`)."]
-    lines = ["Test scores (sacreBLEU, cased, detokenized):"]
-    for s in scored:
-        ter = f"   TER {s.ter:6.2f}" if s.ter is not None else ""
-        ratio = f"   length ratio {s.length_ratio:.3f}" if s.length_ratio is not None else ""
-        lines.append(f"  {s.test_set:<20} BLEU {s.bleu:6.2f}   chrF {s.chrf:6.2f}{ter}{ratio}"
-                     f"   ({s.sentences} sentences)")
-    # The signatures are the same for every test set: one scoring setup, printed once.
-    for i, (metric, signature) in enumerate(scored[0].signatures.items()):
-        lines.append(f"  {'signatures:' if i == 0 else '':<11} {metric:<5} {signature}")
-    return lines
 
 
 def _run_lines(paths: Paths) -> list[str]:
@@ -94,7 +79,7 @@ def summary(paths: Paths) -> str:
         ("release: model + model card README.md", paths.release),
         ("metrics", paths.root / "metrics"),
     ]
-    lines = [*_score_lines(paths), *_run_lines(paths), "Pages (open in a browser; they load nothing from the network):"]
+    lines = [*score_lines(paths), *_run_lines(paths), "Pages (open in a browser; they load nothing from the network):"]
     for label, path, hint in pages:
         lines.append(f"  {label:<38} {path}{'' if path.exists() else f'  (missing{hint})'}")
     lines.append("Artifacts:")
@@ -183,9 +168,14 @@ def _add_translate_parser(sub: argparse._SubParsersAction) -> None:
         "translate",
         help="translate stdin to stdout, line by line, with an exported model",
         description="Translate UTF-8 lines from stdin to stdout (line i -> line i; empty lines "
-        "stay empty) with the ONNX graphs of an export directory, on ONNX Runtime.",
+        "stay empty) with the ONNX graphs of an export directory, on ONNX Runtime, into --tgt (which a model of "
+        "several target languages needs).",
     )
     tr_p.add_argument("--model", default=str(Paths().export), help="export directory (default: %(default)s)")
+    tr_p.add_argument("--tgt", default=None, metavar="LANG",
+                      help="target language, e.g. fr; needed when the model has several (an error lists them)")
+    tr_p.add_argument("--src", default=None, metavar="LANG",
+                      help="source language; needed only when several go into the target")
     tr_p.add_argument("--beam", type=int, default=None, help="beam size; 1 is greedy (default: the export's)")
     tr_p.add_argument("--length-penalty", type=float, default=None, help="default: the export's")
     tr_p.add_argument("--int8", action="store_true", help="use the int8 graphs (export.int8: true)")
@@ -203,6 +193,7 @@ def translate(args: argparse.Namespace) -> int:
     import logging
 
     from pipeline.errors import PipelineError
+    from pipeline.languages import UnknownDirection
     from pipeline.translate import Translator, read_lines
 
     logging.basicConfig(level=logging.WARNING, format="mtpipe translate: %(levelname)s: %(message)s")
@@ -211,10 +202,16 @@ def translate(args: argparse.Namespace) -> int:
             raise PipelineError(f"--beam must be at least 1, got {args.beam}")
         if args.threads < 1:
             raise PipelineError(f"--threads must be at least 1, got {args.threads}")
-        lines = read_lines(sys.stdin.buffer)
         translator = Translator(args.model, int8=args.int8, threads=args.threads, max_tokens=args.max_tokens)
+        # Before reading stdin: a direction the model does not translate is a usage error, said at once.
+        direction = translator.direction(args.tgt, args.src)
+        lines = read_lines(sys.stdin.buffer)
         beam = args.beam or translator.generation.beam
-        out = translator.translate(lines, beam=beam, length_penalty=args.length_penalty)
+        out = translator.translate(lines, beam=beam, length_penalty=args.length_penalty, tgt=direction.tgt,
+                                   src=direction.src)
+    except UnknownDirection as err:
+        print(f"mtpipe translate: {err} (--tgt, --src)", file=sys.stderr)
+        return 2
     except PipelineError as err:
         print(f"mtpipe translate: {err}", file=sys.stderr)
         return 1

@@ -1,4 +1,7 @@
-"""Pair Parquet files: the format download, clean and validate exchange (src, tgt, origin, line).
+"""Pair Parquet files: the format download, clean and validate exchange (src, tgt, src_lang, tgt_lang, origin, line).
+
+Every row carries its own languages, so one file holds every direction of a split; `direction_of_rows` and
+`read_pairs_by_direction` group them back.
 
 Encoded token arrays live in pipeline/token_arrays.py (numpy only, so training imports no pyarrow).
 """
@@ -14,7 +17,14 @@ import pyarrow.parquet as pq
 from pipeline.errors import InputFileError
 
 PAIR_SCHEMA = pa.schema(
-    [("src", pa.string()), ("tgt", pa.string()), ("origin", pa.string()), ("line", pa.int64())]
+    [
+        ("src", pa.string()),
+        ("tgt", pa.string()),
+        ("src_lang", pa.string()),
+        ("tgt_lang", pa.string()),
+        ("origin", pa.string()),
+        ("line", pa.int64()),
+    ]
 )
 BATCH_ROWS = 65_536
 
@@ -57,6 +67,29 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
     """All (src, tgt) of a split; for evaluation-sized splits only."""
     table = pq.read_table(path, columns=["src", "tgt"])
     return table.column("src").to_pylist(), table.column("tgt").to_pylist()
+
+
+def directions_of(batch: pa.RecordBatch | pa.Table) -> list[str]:
+    """Each row's direction, "src_lang-tgt_lang"."""
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(batch.column("src_lang"), batch.column("tgt_lang"), "-").to_pylist()
+
+
+def read_pairs_by_direction(path: Path) -> dict[str, tuple[list[int], list[str], list[str]]]:
+    """direction -> (row numbers in the file, src, tgt), directions in order of first appearance; for
+    evaluation-sized splits only."""
+    table = open_pair_file(path, ["src", "tgt", "src_lang", "tgt_lang"]).read(
+        columns=["src", "tgt", "src_lang", "tgt_lang"]
+    )
+    grouped: dict[str, tuple[list[int], list[str], list[str]]] = {}
+    rows = zip(directions_of(table), table.column("src").to_pylist(), table.column("tgt").to_pylist(), strict=True)
+    for row, (direction, src, tgt) in enumerate(rows):
+        numbers, sources, targets = grouped.setdefault(direction, ([], [], []))
+        numbers.append(row)
+        sources.append(src)
+        targets.append(tgt)
+    return grouped
 
 
 def count_rows(path: Path) -> int:

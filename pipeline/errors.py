@@ -15,12 +15,16 @@ class InputFileError(PipelineError):
 
 
 class CorpusMisaligned(PipelineError):
-    def __init__(self, path_src: object, path_tgt: object, lines_src: int, lines_tgt: int):
+    def __init__(self, path_src: object, path_tgt: object, lines_src: int, lines_tgt: int,
+                 direction: str | None = None):
+        # A multi-way corpus (one file per language) is read once per direction: say which pairing failed.
         super().__init__(
-            f"source and target files are not aligned: {path_src} has {lines_src} lines, "
+            (f"direction {direction}: " if direction else "")
+            + f"source and target files are not aligned: {path_src} has {lines_src} lines, "
             f"{path_tgt} has {lines_tgt} lines"
         )
         self.path_src, self.path_tgt, self.lines_src, self.lines_tgt = path_src, path_tgt, lines_src, lines_tgt
+        self.direction = direction
 
 
 class HubUnreachable(PipelineError):

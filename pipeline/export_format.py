@@ -17,8 +17,15 @@ sentences, `rows` hypotheses: sentences x beams, the beams of sentence s at rows
 The int8 graphs (`*.int8.onnx`) have the same names; the legacy TorchScript graphs (`*.ts.pt`) have no cache.
 
 The manifest records what was exported and how to decode with it: one `generation` block (the evaluate stage's
-beam, length penalty and length rule, see pipeline/decoding.py) that every reader takes its defaults from.
-A manifest of another version is refused with "export it again": its fields may mean something else.
+beam, length penalty and length rule, see pipeline/decoding.py) that every reader takes its defaults from, and the
+model's `directions` (["en-de", "en-fr"]) with `target_tags` (true when it has more than one target language: then
+every source starts with its target's tag, `>>fr<< A dog runs.`, which the tokenizer keeps as one token; the tag is
+part of the source, so the graphs and the search know nothing of languages). A manifest of another version is
+refused with "export it again": its fields may mean something else.
+
+Beside the graphs lie the tokenizer files (source.spm, target.spm, vocab.json, tokenizer_config.json), config.json,
+generation_config.json and `languages.json` (pipeline/languages.py: the same directions and target_tags, as the
+tokenize stage recorded them), all copied from models/final; `export.json` lists them under `model_files`.
 
 Imports the standard library and, through pipeline.decoding, numpy.
 """
@@ -35,10 +42,12 @@ from typing import Any
 from pipeline.artifacts import write_json
 from pipeline.decoding import SpecialIds
 from pipeline.errors import PipelineError
+from pipeline.languages import Directions
 
 MANIFEST = "export.json"
 # 4: one `generation` block (the duplicate `max_len` block of version 3 is gone).
-MANIFEST_VERSION = 4
+# 5: `directions` and `target_tags` (a model may translate several directions; its sources may carry a tag).
+MANIFEST_VERSION = 5
 GRAPHS = ("encoder", "decoder")
 ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -118,7 +127,9 @@ class ModelDims:
 @dataclass(frozen=True)
 class ExportManifest:
     """What `export.json` says. `files` maps each exported format to its graph files ({graph: file name}), or,
-    for ctranslate2, to its directory; `parity` holds the parity check's figures (informational)."""
+    for ctranslate2, to its directory; `directions` are the model's direction names in training order, and
+    `target_tags` says whether sources carry their target's tag; `parity` holds the parity check's figures
+    (informational: overall, and per direction under "directions")."""
 
     files: Mapping[str, Any]
     model_files: tuple[str, ...]
@@ -129,8 +140,15 @@ class ExportManifest:
     special_ids: SpecialIds
     dims: ModelDims
     generation: Generation
+    directions: tuple[str, ...]
+    target_tags: bool
     parity: Mapping[str, Any] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
+
+    @property
+    def pairs(self) -> Directions:
+        """The directions, parsed."""
+        return Directions.of(self.directions)
 
     def onnx_graphs(self, int8: bool = False) -> Mapping[str, str] | None:
         """{graph: file name} of the fp32 (or int8) ONNX graphs; None when they were not exported."""
@@ -158,6 +176,8 @@ class ExportManifest:
             "bad_words_ids": [[self.special_ids.pad]],
             "dims": vars(self.dims).copy(),
             "generation": vars(self.generation).copy(),
+            "directions": list(self.directions),
+            "target_tags": self.target_tags,
             "parity": dict(self.parity),
         }
 
@@ -190,6 +210,8 @@ class ExportManifest:
                 max_len_a=float(fields.get("generation.max_len_a", float)),
                 max_len_b=fields.get("generation.max_len_b", int),
             ),
+            directions=fields.directions(),
+            target_tags=fields.target_tags(),
             parity=fields.get("parity", dict),
             version=version,
         )
@@ -220,3 +242,22 @@ class _ManifestFields:
             raise ExportDirError(f"{self.path}: field {dotted!r} is {node!r}, not {_JSON_TYPE_NAMES[kind]}")
         return node
 
+    def directions(self) -> tuple[str, ...]:
+        """The `directions` field: a non-empty list of distinct direction names ("en-de")."""
+        names = self.get("directions", list)
+        try:
+            parsed = Directions.of(names).names
+        except ValueError as err:
+            raise ExportDirError(f"{self.path}: field 'directions' is {names!r}: {err}") from None
+        if not parsed or len(set(parsed)) != len(parsed):
+            raise ExportDirError(f"{self.path}: field 'directions' is {names!r}, not a list of distinct directions")
+        return tuple(parsed)
+
+    def target_tags(self) -> bool:
+        """The `target_tags` field, which must be what the directions imply (tags when there is a choice of target)."""
+        recorded = self.get("target_tags", bool)
+        implied = Directions.of(self.directions()).target_tags
+        if recorded != implied:
+            raise ExportDirError(f"{self.path}: field 'target_tags' is {json.dumps(recorded)}, but directions "
+                                 f"{', '.join(self.directions())} imply {json.dumps(implied)}: export it again")
+        return recorded

@@ -34,6 +34,7 @@ from prefect.tasks import Task, exponential_backoff
 from prefect.types.entrypoint import EntrypointType
 
 from pipeline.artifacts import Paths
+from pipeline.run_figures import evaluation_of
 
 # Stages that reach the network (a dataset hub, a remote corpus) get retries; the rest either succeed or fail the
 # same way every time, and a retry would only hide the error.
@@ -332,7 +333,8 @@ def experiment_report(name: str, overrides: Mapping[str, Any], metrics: Mapping[
     paths = Paths(Path("."))
     evaluation = metrics.get(str(paths.metrics("eval")), {})
     training = metrics.get(str(paths.metrics("train")), {})
-    scores = {split: {"bleu": float(r["bleu"]), "chrf": float(r["chrf"])} for split, r in evaluation.items()}
+    # One row per (test set, direction), labelled as the summary and the card label them ("test en-de").
+    scores = {r.label: {"bleu": r.bleu, "chrf": r.chrf} for r in evaluation_of(evaluation).scored}
     speed = training.get("tgt_tokens_per_s")
     seconds = training.get("train_seconds", training.get("wall_seconds"))
     return ExperimentReport(

@@ -2,7 +2,8 @@
 
 An unknown key, a wrong type or an out-of-range value fails before any work is done, with a message that
 names the key (as a dotted path) and the bad value. Stages receive the typed `Params` object, never the raw
-mapping. This module imports only pydantic and yaml so every stage and the CLI start fast.
+mapping. This module imports only pydantic, yaml and the stdlib-only pipeline.languages, so every stage and the CLI
+start fast.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.languages import DIRECTION_PATTERN, SCRIPTS, Direction, Directions
+
 PARAMS_FILE = "params.yaml"
 
 
@@ -41,54 +44,93 @@ class SplitFiles(_Section):
 
     src: str = Field(min_length=1)
     tgt: str = Field(min_length=1)
+    # The direction the pair of files is in; required when data.directions lists more than one.
+    direction: str | None = Field(None, pattern=DIRECTION_PATTERN)
 
 
 class TsvFile(_Section):
     """One file (plain or .gz), one pair a line as two tab-separated columns."""
 
     tsv: str = Field(min_length=1)
-    # Languages of the first and second column; null means [src_lang, tgt_lang]. Naming them lets one TSV serve
-    # both directions.
+    # Languages of the first and second column; null means the one direction's [source, target] (required when
+    # data.directions lists more than one). The file serves every direction between its two languages, either way.
     columns: tuple[str, str] | None = None
 
 
 class MosesDir(_Section):
-    """A directory of Moses-style files NAME.<src_lang> / NAME.<tgt_lang> (each plain or .gz), paired by NAME and
-    concatenated in NAME order; `prefix` keeps only the NAMEs that start with it."""
+    """A directory of Moses-style files NAME.<lang> (each plain or .gz): for every direction, NAME.<src> and
+    NAME.<tgt> are paired by NAME and concatenated in NAME order; `prefix` keeps only the NAMEs that start with it.
+    A direction none of whose languages' files are there takes nothing from it."""
 
     dir: str = Field(min_length=1)
     prefix: str = ""
 
 
+class LanguageFiles(_Section):
+    """One file per language, line-aligned across all of them (a multi-way corpus such as Multi30k): `pattern` is
+    a path with `{lang}` in it, and every direction pairs the files of its two languages."""
+
+    pattern: str = Field(min_length=1)
+
+    @field_validator("pattern")
+    @classmethod
+    def _has_placeholder(cls, pattern: str) -> str:
+        if "{lang}" not in pattern:
+            raise ValueError(f"{pattern!r} has no {{lang}} placeholder (e.g. corpus/train.{{lang}}.gz)")
+        return pattern
+
+
 def _entry_kind(entry: Any) -> str:
     # Which shape an entry has is decided by its key, so a typo yields the error of the intended shape only.
     if isinstance(entry, dict):
-        return "tsv" if "tsv" in entry else "dir" if "dir" in entry else "aligned"
-    return {TsvFile: "tsv", MosesDir: "dir"}.get(type(entry), "aligned")
+        for key in ("tsv", "dir", "pattern"):
+            if key in entry:
+                return key
+        return "aligned"
+    return {TsvFile: "tsv", MosesDir: "dir", LanguageFiles: "pattern"}.get(type(entry), "aligned")
 
 
 FileEntry = Annotated[
-    Annotated[SplitFiles, Tag("aligned")] | Annotated[TsvFile, Tag("tsv")] | Annotated[MosesDir, Tag("dir")],
+    Annotated[SplitFiles, Tag("aligned")]
+    | Annotated[TsvFile, Tag("tsv")]
+    | Annotated[MosesDir, Tag("dir")]
+    | Annotated[LanguageFiles, Tag("pattern")],
     Discriminator(_entry_kind),
 ]
 
 WMT14_PAIRS = {"cs", "de", "fr", "hi", "ru"}
 
 
+SAMPLE_DIRECTIONS = {"en-de", "de-en"}
+# metrics/eval.json's key for the average over every test set and direction.
+MACRO = "macro"
+
+
 class DataParams(_Section):
     source: Literal["sample", "files", "wmt14"] = "sample"
-    src_lang: str = Field("en", pattern=r"^[a-z]{2,3}$")
-    tgt_lang: str = Field("de", pattern=r"^[a-z]{2,3}$")
-    # split name -> one entry or a list of entries, concatenated in order ({src, tgt} | {tsv} | {dir, prefix});
-    # "train" and "valid" are required, every other split is a test set.
+    # The directions one model learns, source-target; one is the plain bilingual case. A multilingual model with
+    # more than one target language reads the target's tag (>>de<<) in front of every source sentence.
+    directions: list[str] = Field(default_factory=lambda: ["en-de"], min_length=1)
+    # split name -> one entry or a list of entries, concatenated in order ({src, tgt, direction} | {tsv, columns} |
+    # {dir, prefix} | {pattern}); "train" and "valid" are required and must hold every direction, every other split
+    # is a test set (of any of the directions).
     files: dict[str, list[FileEntry]] = Field(default_factory=dict)
-    # Cap on training pairs; null keeps them all. `subsample` says which: "spread" takes N pairs evenly spaced over
-    # the whole split (WMT14 train is Europarl, then Common Crawl, then News Commentary: a prefix would be Europarl
-    # only), "head" the first N. Both are deterministic.
+    # Cap on training pairs per direction; null keeps them all. `subsample` says which: "spread" takes N pairs
+    # evenly spaced over the whole split (WMT14 train is Europarl, then Common Crawl, then News Commentary: a prefix
+    # would be Europarl only), "head" the first N. Both are deterministic.
     max_train_pairs: Annotated[int, Field(gt=0)] | None = None
     subsample: Literal["spread", "head"] = "spread"
     # wmt14 only: the dataset repository revision (branch, tag or commit); the manifest records the commit used.
     revision: str | None = None
+
+    @field_validator("directions")
+    @classmethod
+    def _directions_are_distinct(cls, directions: list[str]) -> list[str]:
+        for i, name in enumerate(directions):
+            Direction.parse(name)
+            if name in directions[:i]:
+                raise ValueError(f"{name} is listed twice")
+        return directions
 
     @field_validator("files", mode="before")
     @classmethod
@@ -105,12 +147,19 @@ class DataParams(_Section):
                 raise ValueError(f"split name {name!r} must be letters, digits, '-' or '_'")
             if not entries:
                 raise ValueError(f"split {name!r} has an empty list of files")
+            if name == MACRO:
+                raise ValueError(
+                    f"split name {MACRO!r} is taken: metrics/eval.json holds the average over test sets there"
+                )
         return files
+
+    @property
+    def pairs(self) -> Directions:
+        """data.directions, parsed."""
+        return Directions.of(self.directions)
 
     @model_validator(mode="after")
     def _source_is_complete(self) -> DataParams:
-        if self.src_lang == self.tgt_lang:
-            raise ValueError(f"src_lang and tgt_lang are both {self.src_lang!r}")
         if self.source == "files":
             missing = [s for s in ("train", "valid") if s not in self.files]
             if missing:
@@ -119,19 +168,47 @@ class DataParams(_Section):
                 raise ValueError("source 'files' needs at least one test split besides train and valid")
             for split, entries in self.files.items():
                 for entry in entries:
-                    if isinstance(entry, TsvFile) and entry.columns is not None:
-                        if set(entry.columns) != {self.src_lang, self.tgt_lang}:
-                            raise ValueError(
-                                f"data.files.{split}: {entry.tsv} has columns {list(entry.columns)}, but the pair is "
-                                f"{self.src_lang}-{self.tgt_lang}"
-                            )
+                    self._check_entry(split, entry)
+        if self.source == "sample" and set(self.directions) - SAMPLE_DIRECTIONS:
+            raise ValueError(
+                f"the embedded sample is English-German: data.directions {self.directions} must be en-de or de-en"
+            )
         if self.source == "wmt14":
-            pair = {self.src_lang, self.tgt_lang}
-            if "en" not in pair or not (pair - {"en"}) <= WMT14_PAIRS:
-                raise ValueError(
-                    f"WMT14 has no {self.src_lang}-{self.tgt_lang} pair; it pairs en with one of {sorted(WMT14_PAIRS)}"
-                )
+            for d in self.pairs.directions:
+                pair = {d.src, d.tgt}
+                if "en" not in pair or not (pair - {"en"}) <= WMT14_PAIRS:
+                    raise ValueError(
+                        f"data.directions: WMT14 has no {d} pair; it pairs en with one of {sorted(WMT14_PAIRS)}"
+                    )
         return self
+
+    def _check_entry(self, split: str, entry: Any) -> None:
+        several = len(self.directions) > 1
+        where = f"data.files.{split}"
+        if isinstance(entry, SplitFiles):
+            if entry.direction is None and several:
+                raise ValueError(
+                    f"{where}: {{src: {entry.src}, tgt: {entry.tgt}}} needs `direction:` (one of "
+                    f"{', '.join(self.directions)}) when data.directions lists more than one"
+                )
+            if entry.direction is not None and entry.direction not in self.directions:
+                raise ValueError(
+                    f"{where}: {entry.src} has direction {entry.direction}, which is not in data.directions "
+                    f"{self.directions}"
+                )
+        if isinstance(entry, TsvFile):
+            if entry.columns is None:
+                if several:
+                    raise ValueError(
+                        f"{where}: {entry.tsv} needs `columns:` (the languages of its two columns) when "
+                        "data.directions lists more than one"
+                    )
+                return
+            if not any(set(entry.columns) == {d.src, d.tgt} for d in self.pairs.directions):
+                raise ValueError(
+                    f"{where}: {entry.tsv} has columns {list(entry.columns)}, which no direction in "
+                    f"data.directions {self.directions} pairs"
+                )
 
 
 class CleanParams(_Section):
@@ -203,6 +280,9 @@ class TokenizeParams(_Section):
     seed: int = Field(1, ge=0)
     # Training pairs with a side longer than train.max_len tokens: truncated by the trainer, or left out here.
     overlong: Literal["truncate", "drop"] = "truncate"
+    # Several languages: SentencePiece trains on a sample of input_sentence_size sentences drawn per language in
+    # shares p ∝ n ** (1 / T) (seeded), so a small language still gets its pieces; 1 = in proportion to the data.
+    temperature: float = Field(5.0, ge=1.0)
 
 
 # Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017.
@@ -276,9 +356,11 @@ class TrainParams(_Section):
     seed: int = Field(1, ge=0)
     log_every: int = Field(10, ge=1)
     valid_every: int = Field(250, ge=1)
-    # Greedy-decoded BLEU on a seeded sample of this many valid pairs at every validation (0 switches it off).
+    # Greedy-decoded BLEU on a seeded sample of this many valid pairs per direction at every validation (0 switches
+    # it off). With several directions, valid loss and BLEU are each direction's and their mean.
     valid_bleu_sentences: int = Field(100, ge=0)
-    # Early stopping: stop after this many validations in a row without a lower valid loss; null never stops early.
+    # Early stopping: stop after this many validations in a row without a lower valid loss (the mean over
+    # directions, as for best.pt); null never stops early.
     patience: int | None = Field(None, ge=1)
     # models/checkpoints/last.pt (everything needed to resume exactly) is rewritten every save_every updates.
     save_every: int = Field(250, ge=1)
@@ -288,6 +370,10 @@ class TrainParams(_Section):
     # Deterministic GPU kernels (torch.use_deterministic_algorithms): a CUDA run then repeats bitwise, slower, and an
     # op without a deterministic kernel raises. CPU runs are exact either way.
     deterministic: bool = False
+    # Several directions: each epoch draws every direction's pairs in shares p ∝ n ** (1 / T) (seeded; fairseq's
+    # translation_multi_simple_epoch), then batches them by length, so batches mix directions. 1 = in proportion
+    # to the data; larger flattens towards equal shares.
+    temperature: float = Field(1.5, ge=1.0)
 
     @field_validator("nproc")
     @classmethod
@@ -341,7 +427,7 @@ class CardParams(_Section):
     license: str = Field("unknown", pattern=r"^[a-z0-9][a-z0-9.+-]*$")
     # Hugging Face dataset ids of the training data, for the card's `datasets`. data.source wmt14 adds its own.
     datasets: list[str] = Field(default_factory=list)
-    # The model's name in the card's model-index and title; null: mtpipe-<src_lang>-<tgt_lang>.
+    # The model's name in the card's model-index and title; null: mtpipe-<languages>, e.g. mtpipe-en-de.
     name: str | None = Field(None, min_length=1)
 
 
@@ -358,6 +444,27 @@ class Params(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    @model_validator(mode="after")
+    def _one_vocabulary_for_several_directions(self) -> Params:
+        if not self.tokenize.joint and len(self.data.directions) > 1 and self.model.init == "scratch":
+            raise ValueError(
+                "tokenize.joint: false (one SentencePiece model per side) is for one direction; with "
+                f"data.directions {self.data.directions} languages appear on either side: use tokenize.joint: true"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _languages_are_checkable(self) -> Params:
+        if self.clean.min_script_share > 0:
+            unknown = [lang for lang in self.data.pairs.languages if lang not in SCRIPTS]
+            if unknown:
+                raise ValueError(
+                    f"data.directions: no script is known for {', '.join(map(repr, unknown))}, so "
+                    f"clean.min_script_share cannot check it (known: {' '.join(sorted(SCRIPTS))}); add it to "
+                    "pipeline/languages.py SCRIPTS or set clean.min_script_share: 0"
+                )
+        return self
+
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys the schema allows beside the last part of `loc` (empty where loc leaves the typed sections)."""
@@ -371,7 +478,16 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     return [f.alias or name for name, f in section.model_fields.items()]
 
 
+# Keys that were replaced: their own message, since "unknown key" would leave the user guessing.
+MOVED_KEYS = {
+    "data.src_lang": "replaced by data.directions: write `directions: [en-de]` (source-target)",
+    "data.tgt_lang": "replaced by data.directions: write `directions: [en-de]` (source-target)",
+}
+
+
 def _unknown_key_message(key: str, loc: tuple[Any, ...], value: Any) -> str:
+    if key in MOVED_KEYS:
+        return f"  {key}: {MOVED_KEYS[key]}"
     if isinstance(value, dict):
         shown = f"a section of {len(value)} key{'s' if len(value) != 1 else ''}"
     else:
@@ -389,6 +505,8 @@ def _format_errors(err: ValidationError, source: str) -> str:
             lines.append(_unknown_key_message(key, tuple(e["loc"]), e["input"]))
         elif e["type"] == "missing":
             lines.append(f"  {key}: required")
+        elif isinstance(e["input"], dict):  # a check across a section's keys: the message names them
+            lines.append(f"  {key}: {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  {key} = {e['input']!r}: {e['msg']}")
     return "\n".join(lines)

@@ -1,22 +1,28 @@
 """The figures of a finished run, read from the stages' metrics files in one place for everything that shows them
-(`mtpipe summary`, the model card): test scores, how training went, and the export's parity with PyTorch.
+(`mtpipe summary`, the model card): test scores per test set and direction with their macro average, how training
+went, and the export's parity with PyTorch; and the summary's lines of test scores.
 
 Each reader returns None (or an empty list) when its stage has not run yet, so a summary can say what is missing.
+metrics/eval.json is {test_set: {direction: scores}, "macro": means} (stages/evaluate/results.py); an eval.json
+written before directions, {test_set: scores}, still reads, its entries without a direction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.artifacts import Paths, read_json
+from pipeline.params import MACRO
 
 
 @dataclass(frozen=True)
 class ScoredTestSet:
-    """One test set's corpus scores (sacreBLEU, cased, detokenized) with their signatures."""
+    """One direction of one test set: its corpus scores (sacreBLEU, cased, detokenized) with their signatures."""
 
     test_set: str
+    direction: str | None  # None in an eval.json written before directions
     bleu: float
     chrf: float
     ter: float | None
@@ -24,6 +30,19 @@ class ScoredTestSet:
     signatures: dict[str, str]
     # hypothesis length / reference length, in BLEU's tokens (BLEU's brevity penalty applies below 1)
     length_ratio: float | None = None
+
+    @property
+    def label(self) -> str:
+        """`test en-de`: the test set and its direction, as the summary and the card name an entry."""
+        return self.test_set if self.direction is None else f"{self.test_set} {self.direction}"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """metrics/eval.json: every (test set, direction) entry in the file's order, and the macro average."""
+
+    scored: list[ScoredTestSet]
+    macro: dict[str, float] = field(default_factory=dict)  # bleu, chrf, ter; {} in a file without one
 
 
 @dataclass(frozen=True)
@@ -61,23 +80,50 @@ class ExportParity:
     int8_bleu_delta: float | None
 
 
-def scored_test_sets(paths: Paths) -> list[ScoredTestSet]:
-    """metrics/eval.json as ScoredTestSets, in its order; [] before the evaluate stage ran."""
+def _scored(test_set: str, direction: str | None, scores: Mapping[str, Any]) -> ScoredTestSet:
+    return ScoredTestSet(test_set=test_set, direction=direction, bleu=scores["bleu"], chrf=scores["chrf"],
+                         ter=scores.get("ter"), sentences=scores["sentences"],
+                         signatures=dict(scores.get("signature", {})), length_ratio=scores.get("length_ratio"))
+
+
+def evaluation_of(content: Mapping[str, Any]) -> Evaluation:
+    """eval.json's content (read from the file, or as `dvc exp show --json` reports it) as an Evaluation."""
+    scored = []
+    for test_set, entries in content.items():
+        if test_set == MACRO:
+            continue
+        if "bleu" in entries:  # written before directions: the test set's own scores
+            scored.append(_scored(test_set, None, entries))
+        else:
+            scored += [_scored(test_set, direction, scores) for direction, scores in entries.items()]
+    return Evaluation(scored=scored, macro=dict(content.get(MACRO, {})))
+
+
+def read_evaluation(paths: Paths) -> Evaluation | None:
+    """metrics/eval.json; None before the evaluate stage ran."""
     path = paths.metrics("eval")
-    if not path.is_file():
-        return []
-    return [
-        ScoredTestSet(
-            test_set=name,
-            bleu=scores["bleu"],
-            chrf=scores["chrf"],
-            ter=scores.get("ter"),
-            sentences=scores["sentences"],
-            signatures=dict(scores.get("signature", {})),
-            length_ratio=scores.get("length_ratio"),
-        )
-        for name, scores in read_json(path).items()
-    ]
+    return evaluation_of(read_json(path)) if path.is_file() else None
+
+
+def score_lines(paths: Paths) -> list[str]:
+    """The summary's test scores: one line per test set and direction, the macro average when there are several,
+    and the signatures once."""
+    evaluation = read_evaluation(paths)
+    if evaluation is None or not evaluation.scored:
+        return ["No evaluation yet: run `mtpipe run` (or `dvc repro`)."]
+    lines = ["Test scores (sacreBLEU, cased, detokenized):"]
+    for s in evaluation.scored:
+        ter = f"   TER {s.ter:6.2f}" if s.ter is not None else ""
+        ratio = f"   length ratio {s.length_ratio:.3f}" if s.length_ratio is not None else ""
+        lines.append(f"  {s.label:<26} BLEU {s.bleu:6.2f}   chrF {s.chrf:6.2f}{ter}{ratio}   ({s.sentences} sentences)")
+    macro = evaluation.macro
+    if len(evaluation.scored) > 1 and macro:
+        label = f"{MACRO} (mean of {len(evaluation.scored)})"
+        lines.append(f"  {label:<26} BLEU {macro['bleu']:6.2f}   chrF {macro['chrf']:6.2f}   TER {macro['ter']:6.2f}")
+    # The signatures are the same for every entry: one scoring setup, printed once.
+    for i, (metric, signature) in enumerate(evaluation.scored[0].signatures.items()):
+        lines.append(f"  {'signatures:' if i == 0 else '':<11} {metric:<5} {signature}")
+    return lines
 
 
 def training_run(paths: Paths) -> TrainingRun | None:

@@ -1,8 +1,9 @@
 """Text measures the clean stage filters on and the validate stage checks: one definition, so the two agree.
 
-Invisible characters, the script of a language, letter and script shares (vectorised with pyarrow), 64-bit pair
-hashes and a set of them in 8 bytes a member (deduplication), and language identification with py3langid (its
-model ships inside the wheel; imported on first use).
+Invisible characters, letter and script shares (vectorised with pyarrow; per row in the script of that row's own
+language, for files that mix directions), 64-bit pair hashes (optionally keyed by direction) and a set of them in
+8 bytes a member (deduplication), and language identification with py3langid (its model ships inside the wheel;
+imported on first use). The script of each language is pipeline/languages.py's SCRIPTS.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.languages import SCRIPTS
+
 # RE2 syntax (pyarrow). C0/C1 controls except \t \n \r (whitespace, which the clean stage turns into spaces);
 # zero-width space, non-joiner and joiner, left-to-right/right-to-left marks and embeddings, word joiner and
 # invisible operators, soft hyphen, BOM. The clean stage removes them; validate expects none to remain.
@@ -24,25 +27,6 @@ INVISIBLE = (
 )
 # Runs of characters that are neither letters (combining marks included) nor spaces.
 NON_LETTERS = r"[^\p{L}\p{M} ]+"
-# The script of a language's letters, as an RE2 class body.
-SCRIPTS = {
-    **dict.fromkeys(
-        "af br ca cs cy da de en eo es et eu fi fr ga gl hr hu id is it lt lv ms mt nl no pl pt ro sk sl sq sv sw "
-        "tl tr vi".split(),
-        r"\p{Latin}",
-    ),
-    **dict.fromkeys("be bg kk mk ru uk".split(), r"\p{Cyrillic}"),
-    **dict.fromkeys("hi mr ne".split(), r"\p{Devanagari}"),
-    **dict.fromkeys("ar fa ps ur".split(), r"\p{Arabic}"),
-    "el": r"\p{Greek}",
-    "he": r"\p{Hebrew}",
-    "zh": r"\p{Han}",
-    "ja": r"\p{Han}\p{Hiragana}\p{Katakana}",
-    "ko": r"\p{Hangul}\p{Han}",
-    "th": r"\p{Thai}",
-    "ka": r"\p{Georgian}",
-    "hy": r"\p{Armenian}",
-}
 
 
 def _numpy(array: pa.Array) -> np.ndarray:
@@ -70,13 +54,49 @@ def letter_shares(texts: pa.Array, script: str | None) -> tuple[np.ndarray, np.n
         return letter_share, np.where(proper > 0, (proper - foreign) / proper, np.nan)
 
 
-def pair_hashes(src: pa.Array, tgt: pa.Array) -> np.ndarray:
-    """64-bit xxh3 hashes of (src, tgt) pairs. Whitespace is collapsed by the clean stage, so no TAB occurs inside
-    a side and src + TAB + tgt identifies the pair. A collision makes two different pairs look identical: with n
-    pairs the chance of any is about n^2 / 2^65 (6e-7 for 4.5M)."""
+def language_groups(langs: pa.Array) -> list[tuple[str | None, np.ndarray | None]]:
+    """(language, its row numbers) for each language in `langs` (one per row), in order of first appearance; the
+    row numbers are None when every row has that language, the common case, so callers need not gather rows."""
+    encoded = pc.dictionary_encode(langs)
+    codes = _numpy(pc.fill_null(encoded.indices, -1))
+    names = encoded.dictionary.to_pylist()
+    values, first_rows = np.unique(codes, return_index=True)
+    present = [int(c) for c in values[np.argsort(first_rows)]]
+    if len(present) == 1:
+        return [(names[present[0]] if present[0] >= 0 else None, None)]
+    return [(names[c] if c >= 0 else None, np.flatnonzero(codes == c)) for c in present]
+
+
+def letter_shares_by_language(
+    texts: pa.Array, langs: pa.Array, with_scripts: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """`letter_shares` of each row, the script share measured in the script of the row's own language (`langs`,
+    one per row; SCRIPTS). The script share is NaN where the language has no known script (or `with_scripts` is
+    false): such a row cannot be judged, so no threshold rejects it."""
+    letter, script = np.full(len(texts), np.nan), np.full(len(texts), np.nan)
+    if not with_scripts:
+        return letter_shares(texts, None)[0], script
+    for lang, rows in language_groups(langs):
+        part = texts if rows is None else texts.take(pa.array(rows))
+        at = slice(None) if rows is None else rows
+        letter[at], in_script = letter_shares(part, SCRIPTS.get(lang) if lang else None)
+        if in_script is not None:
+            script[at] = in_script
+    return letter, script
+
+
+def pair_hashes(src: pa.Array, tgt: pa.Array, directions: pa.Array | None = None) -> np.ndarray:
+    """64-bit xxh3 hashes of (src, tgt) pairs, or of (direction, src, tgt) when `directions` (one label per row,
+    e.g. "en-de") is given: then the same texts in two directions hash apart, so deduplication and eval overlap
+    stay within a direction. Whitespace is collapsed by the clean stage, so no TAB occurs inside a side and the
+    parts joined by TAB identify the pair. A collision makes two different pairs look identical: with n pairs the
+    chance of any is about n^2 / 2^65 (6e-7 for 4.5M)."""
     import xxhash
 
-    keys = pc.binary_join_element_wise(pc.fill_null(src, ""), pc.fill_null(tgt, ""), "\t")
+    parts = [pc.fill_null(src, ""), pc.fill_null(tgt, "")]
+    if directions is not None:
+        parts.insert(0, pc.fill_null(directions, ""))
+    keys = pc.binary_join_element_wise(*parts, "\t")
     digest = xxhash.xxh3_64_intdigest
     return np.fromiter((digest(k) for k in keys.cast(pa.binary()).to_pylist()), dtype=np.uint64, count=len(keys))
 

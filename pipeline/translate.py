@@ -2,6 +2,13 @@
 
     from pipeline.translate import Translator
     Translator("models/export").translate(["A dog runs.", "", "Two men talk."], beam=4)
+    Translator("models/multi").translate(["A dog runs."], tgt="fr")    # a model of several targets
+
+A model translates the directions of its `languages.json` (pipeline/languages.py; the manifest lists them too).
+With one target language `tgt` may be left out; with several it names the target, and each source is read with
+that target's tag in front (`>>fr<< A dog runs.`, as the model was trained); `src` is needed only where several
+source languages go into that target. An unknown or missing choice is an UnknownDirection listing the model's
+targets and directions.
 
 The export directory's format (graph names, cache layout, the manifest `export.json`) is pipeline/export_format.py;
 the search is pipeline/beam_search.py; batching, padding and the output length rule are pipeline/decoding.py.
@@ -50,6 +57,7 @@ from pipeline.export_format import (
     decoder_inputs,
     read_export_json,
 )
+from pipeline.languages import Direction, Directions
 
 log = logging.getLogger("mtpipe.translate")
 
@@ -230,6 +238,7 @@ class Translator:
         for name in files.values():
             if not (self.model_dir / name).is_file():
                 raise ExportDirError(f"{self.model_dir / name} not found (listed in {MANIFEST})")
+        self.directions = _export_directions(self.model_dir, self.manifest)
         self.tokenizer = MarianSentencePiece(self.model_dir)
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -245,14 +254,27 @@ class Translator:
         """Most tokens a translation of a source this long (</s> included) may have: the manifest's length rule."""
         return output_limit(source_length, self.generation.max_len_a, self.generation.max_len_b, self.max_positions)
 
-    def encode(self, lines: Sequence[str], first_line: int = 1) -> list[list[int] | None]:
-        """Ids per line (None for a blank line), truncated to max_input_tokens with a warning."""
+    def direction(self, tgt: str | None = None, src: str | None = None) -> Direction:
+        """The direction asked for (either language may be left out where the model leaves no choice);
+        UnknownDirection listing the model's targets and directions otherwise."""
+        return self.directions.find(src, tgt)
+
+    def source_ids(self, line: str, direction: Direction) -> list[int]:
+        """A line's ids as the model reads them for `direction` (its target's tag first when targets are tagged),
+        </s> included, untruncated."""
+        return self.tokenizer.encode(self.directions.tagged(line, direction.tgt))
+
+    def encode(self, lines: Sequence[str], direction: Direction | None = None,
+               first_line: int = 1) -> list[list[int] | None]:
+        """Ids per line for `direction` (default: the model's only one), None for a blank line, truncated to
+        max_input_tokens with a warning (a tag stays: the first tokens are kept)."""
+        direction = direction or self.direction()
         encoded: list[list[int] | None] = []
         for number, line in enumerate(lines, start=first_line):
             if not line.strip():
                 encoded.append(None)
                 continue
-            ids = self.tokenizer.encode(line)
+            ids = self.source_ids(line, direction)
             if len(ids) > self.max_input_tokens:
                 log.warning(
                     "line %d: %d source tokens, more than the %d the model takes; translating its first %d",
@@ -291,10 +313,13 @@ class Translator:
                 out[i] = hyp
         return out
 
-    def translate(self, lines: Sequence[str], beam: int = 4, length_penalty: float | None = None) -> list[str]:
+    def translate(self, lines: Sequence[str], beam: int = 4, length_penalty: float | None = None, *,
+                  tgt: str | None = None, src: str | None = None) -> list[str]:
+        """The translation of each line into `tgt` (from `src`): see the module docstring for when they may be
+        left out."""
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
-        encoded = self.encode(lines)
+        encoded = self.encode(lines, self.direction(tgt, src))
         present = [i for i, ids in enumerate(encoded) if ids is not None]
         hyps = self.translate_ids([encoded[i] for i in present], beam=beam, length_penalty=length_penalty)
         out = [""] * len(lines)
@@ -302,6 +327,18 @@ class Translator:
             # A byte-fallback piece can decode to a line break; the output must stay one line per input line.
             out[i] = one_line(self.tokenizer.decode(hyp))
         return out
+
+
+def _export_directions(model_dir: Path, manifest: ExportManifest) -> Directions:
+    """The export's directions (its languages.json), which must be the ones its manifest lists."""
+    try:
+        directions = Directions.read(model_dir)
+    except ValueError as err:
+        raise ExportDirError(f"{err}: export it again (`dvc repro export`)") from None
+    if directions.names != list(manifest.directions):
+        raise ExportDirError(f"{model_dir}: languages.json lists {', '.join(directions.names)} but {MANIFEST} "
+                             f"{', '.join(manifest.directions)}: export it again (`dvc repro export`)")
+    return directions
 
 
 def read_lines(stream: BinaryIO, name: str = "<stdin>") -> list[str]:

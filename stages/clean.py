@@ -1,26 +1,33 @@
 """clean: normalise every split and filter the training pairs; every rejected row is kept with its reason.
 
+Every row carries its own languages (src_lang, tgt_lang), and a file may mix directions: everything that depends
+on a language uses the row's own, and everything that compares pairs stays within the row's direction.
+
 Normalisation (all splits, in this order): HTML entities unescaped and tags removed; control and zero-width
-characters removed; Unicode NFC (or NFKC); Moses punctuation normalisation (sacremoses, with each side's
-language); any run of whitespace (Unicode spaces included) collapsed to one space, ends trimmed.
+characters removed; Unicode NFC (or NFKC); Moses punctuation normalisation (sacremoses, with the language of
+each side of each row: one normaliser per language, built once); any run of whitespace (Unicode spaces included)
+collapsed to one space, ends trimmed.
 
 Filters (train only; valid and test sets are normalised but never filtered, so scores stay comparable), each
 switched and tuned in `params.clean`, first match wins, in the order of REASONS: empty, too_short_chars,
 too_short_words, too_long_chars, too_long_words, length_ratio, source_equals_target, garbled (too few letters),
-wrong_script, overlaps_eval (the pair also occurs in a valid/test split: contamination), duplicate (an identical
-pair passed every filter above earlier in the corpus), wrong_language (py3langid, off by default; last because it
-is by far the most expensive, so it only sees pairs that survived everything else).
+wrong_script (too few letters in the script of the side's language), overlaps_eval (the pair also occurs in a
+valid/test split of the same direction: contamination), duplicate (an identical pair of the same direction passed
+every filter above earlier in the corpus), wrong_language (py3langid against the side's language, off by default;
+last because it is by far the most expensive, so it only sees pairs that survived everything else).
 
 Everything streams over the raw row groups: the work on a batch is vectorised with pyarrow.compute (RE2 regexes,
 Unicode normalisation), except two steps that need Python per string, HTML entities and Moses punctuation, which
 run only on the rows a vectorised pre-check finds a trigger character in (a few percent of typical text); the
-two sides of a batch are normalised on two threads. Duplicates are found with 64-bit hashes of the normalised
-pairs kept in sorted numpy runs (HashSet64): 8 bytes per unique training pair, so memory is bounded by that and
-not by the text (36 MB for WMT14's 4.5M pairs).
+two sides of a batch are normalised on two threads. A per-language step runs once per language present in the
+batch, on that language's rows. Duplicates are found with 64-bit hashes of the normalised pairs keyed by their
+direction, kept in sorted numpy runs (HashSet64): 8 bytes per unique training pair, so memory is bounded by that
+and not by the text (36 MB for WMT14's 4.5M pairs).
 
-Output: `data/clean/<split>.parquet` (src, tgt, origin, line), `data/clean/rejected.parquet` (split, src, tgt,
-origin, line, reason) and `metrics/clean.json`; for every split kept + rejected = input, which the stage checks
-before it finishes.
+Output: `data/clean/<split>.parquet` (PAIR_SCHEMA), `data/clean/rejected.parquet` (split, the pair columns,
+reason) and `metrics/clean.json` (totals, per split, and per direction and split); for every split and every
+direction kept + rejected = input, which the stage checks before it finishes. A row whose direction is not in
+`data.directions` stops the stage naming the file and the direction.
 """
 
 from __future__ import annotations
@@ -41,15 +48,16 @@ import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import PAIR_SCHEMA, count_rows, iter_pair_batches
-from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.errors import InputFileError, MissingArtifact, PipelineError
+from pipeline.languages import SCRIPTS, Directions
 from pipeline.params import CleanParams, Params
 from pipeline.text_checks import (
     INVISIBLE,
-    SCRIPTS,
     HashSet64,
     LanguageDetector,
     first_occurrences,
-    letter_shares,
+    language_groups,
+    letter_shares_by_language,
     pair_hashes,
 )
 
@@ -187,8 +195,11 @@ class MosesPunct:
             texts = pc.replace_substring_regex(texts, pattern=pattern, replacement=replacement)
         return pc.utf8_trim_whitespace(texts)
 
-    def __call__(self, texts: pa.Array) -> pa.Array:
+    def __call__(self, texts: pa.Array, within: pa.Array | None = None) -> pa.Array:
+        """`texts` normalised; only the rows where `within` (a boolean mask) is true, when it is given."""
         candidates = pc.fill_null(pc.match_substring_regex(texts, MOSES_TRIGGER), False)
+        if within is not None:
+            candidates = pc.and_(candidates, within)
         picked = pc.indices_nonzero(candidates)
         if not len(picked):
             return texts
@@ -196,23 +207,38 @@ class MosesPunct:
 
 
 class Normalizer:
-    """The normalisation of one side (language) of the corpus; see the module docstring for the steps."""
+    """The normalisation of texts in the given languages (see the module docstring for the steps); the Moses step
+    has one normaliser per language, built here once, so worker threads only read them."""
 
-    def __init__(self, cfg: CleanParams, lang: str):
+    def __init__(self, cfg: CleanParams, languages: list[str]):
         self.cfg = cfg
-        self.moses = MosesPunct(lang) if cfg.moses_punct else None
+        self.moses = {lang: MosesPunct(lang) for lang in dict.fromkeys(languages)} if cfg.moses_punct else {}
 
-    def __call__(self, texts: pa.Array) -> pa.Array:
+    def __call__(self, texts: pa.Array, langs: pa.Array) -> pa.Array:
+        """`texts` normalised, each row with the language `langs` gives it (one per row)."""
         if self.cfg.strip_html:
             texts = strip_html(texts)
         # Remove invisible characters before composing: one between a letter and its combining mark ("u", ZWSP,
         # U+0308) would otherwise block composition and leave the text in decomposed form.
         texts = pc.replace_substring_regex(texts, pattern=INVISIBLE, replacement="")
         texts = pc.utf8_normalize(texts, form=self.cfg.unicode_form)
-        if self.moses is not None:
-            texts = self.moses(texts)
+        if self.cfg.moses_punct:
+            texts = self.moses_punct(texts, langs)
         texts = pc.replace_substring_regex(texts, pattern=WHITESPACE, replacement=" ")
         return pc.utf8_trim(texts, characters=" ")
+
+    def moses_punct(self, texts: pa.Array, langs: pa.Array) -> pa.Array:
+        for lang, rows in language_groups(langs):
+            if lang not in self.moses:
+                raise PipelineError(f"clean: no punctuation normaliser for language {lang!r} (built for "
+                                    f"{sorted(self.moses)})")  # the stage checks row languages first
+            within = None
+            if rows is not None:
+                mask = np.zeros(len(texts), dtype=bool)
+                mask[rows] = True
+                within = pa.array(mask)
+            texts = self.moses[lang](texts, within)
+        return texts
 
 
 def normalize(texts: pa.Array, form: str = "NFC", lang: str | None = None, cfg: CleanParams | None = None) -> pa.Array:
@@ -220,7 +246,8 @@ def normalize(texts: pa.Array, form: str = "NFC", lang: str | None = None, cfg: 
     collapsed); given the stage's `cfg`, its whole normalisation for `lang`, HTML and Moses punctuation included."""
     if cfg is None:
         cfg = CleanParams(unicode_form=form, strip_html=False, moses_punct=False)
-    return Normalizer(cfg, lang or "en")(texts)
+    lang = lang or "en"
+    return Normalizer(cfg, [lang])(texts, pa.array([lang] * len(texts), pa.string()))
 
 
 # --- the filters ------------------------------------------------------------------------------------------
@@ -233,9 +260,10 @@ def word_counts(texts: pa.Array) -> np.ndarray:
 
 
 def rule_masks(
-    src: pa.Array, tgt: pa.Array, cfg: CleanParams, scripts: tuple[str | None, str | None] = (None, None)
+    src: pa.Array, tgt: pa.Array, src_lang: pa.Array, tgt_lang: pa.Array, cfg: CleanParams
 ) -> list[tuple[str, np.ndarray]]:
-    """One boolean mask per row-level filter, in priority order; switched-off filters are left out."""
+    """One boolean mask per row-level filter, in priority order; switched-off filters are left out. Each side's
+    script share is measured in the script of that row's language (`src_lang`, `tgt_lang`: one per row)."""
     sc, tc = (pc.utf8_length(x).to_numpy(zero_copy_only=False) for x in (src, tgt))
     sw, tw = word_counts(src), word_counts(tgt)
     shorter, longer = np.minimum(sc, tc), np.maximum(sc, tc)
@@ -251,35 +279,52 @@ def rule_masks(
     if cfg.reject_copies:
         masks.append(("source_equals_target", pc.fill_null(pc.equal(src, tgt), False).to_numpy(zero_copy_only=False)))
     if cfg.min_letter_share > 0 or cfg.min_script_share > 0:
-        use_scripts = scripts if cfg.min_script_share > 0 else (None, None)
+        with_scripts = cfg.min_script_share > 0
         (s_letters, s_script), (t_letters, t_script) = (
-            letter_shares(x, script) for x, script in zip((src, tgt), use_scripts, strict=True)
+            letter_shares_by_language(x, langs, with_scripts) for x, langs in ((src, src_lang), (tgt, tgt_lang))
         )
-        with np.errstate(invalid="ignore"):  # NaN (no characters, no letters) compares False: not rejected here
+        # NaN (no characters, no letters, a language without a known script) compares False: not rejected here.
+        with np.errstate(invalid="ignore"):
             if cfg.min_letter_share > 0:
                 masks.append(("garbled", (s_letters < cfg.min_letter_share) | (t_letters < cfg.min_letter_share)))
-            if cfg.min_script_share > 0:
-                wrong = np.zeros(len(src), dtype=bool)
-                for share in (s_script, t_script):
-                    if share is not None:
-                        wrong |= share < cfg.min_script_share
-                masks.append(("wrong_script", wrong))
+            if with_scripts:
+                masks.append(("wrong_script", (s_script < cfg.min_script_share) | (t_script < cfg.min_script_share)))
     return masks
 
 
+def direction_labels(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's direction, "src_lang-tgt_lang" (null where a language is missing)."""
+    return pc.binary_join_element_wise(batch.column("src_lang"), batch.column("tgt_lang"), "-")
+
+
+def check_directions(batch: pa.RecordBatch, labels: pa.Array, source: Path, directions: Directions) -> None:
+    """Every row names its languages, and its direction is one of data.directions; InputFileError naming the file
+    (and the line of a row without languages) otherwise."""
+    if labels.null_count:
+        row = int(pc.index(pc.is_null(labels), True).as_py())
+        raise InputFileError(source, "a row without src_lang/tgt_lang (every row names its languages): rerun the "
+                             "download stage", line=batch.column("line")[row].as_py())
+    unknown = sorted(set(pc.unique(labels).to_pylist()) - set(directions.names))
+    if unknown:
+        raise InputFileError(source, f"rows of direction(s) {', '.join(unknown)}, which data.directions "
+                             f"({', '.join(directions.names)}) does not list: rerun the download stage")
+
+
 class Cleaner:
-    def __init__(self, cfg: CleanParams, src_lang: str, tgt_lang: str, rejected: pq.ParquetWriter):
-        self.cfg, self.rejected = cfg, rejected
-        self.langs = (src_lang, tgt_lang)
-        self.normalizers = (Normalizer(cfg, src_lang), Normalizer(cfg, tgt_lang))
-        self.scripts = (SCRIPTS.get(src_lang), SCRIPTS.get(tgt_lang))
-        if cfg.min_script_share > 0 and None in self.scripts:
-            unknown = [lang for lang, s in zip(self.langs, self.scripts, strict=True) if s is None]
-            log.warning("no known script for %s: the wrong_script filter skips that side", unknown)
+    """The state of one clean run: one normaliser per language, the detector, the valid/test pairs to keep out of
+    training and the training pairs seen so far (hashes keyed by direction, so both stay within a direction)."""
+
+    def __init__(self, cfg: CleanParams, directions: Directions):
+        self.cfg, self.directions = cfg, directions
+        languages = directions.languages
+        self.normalizer = Normalizer(cfg, languages)
+        unknown = [lang for lang in languages if lang not in SCRIPTS]
+        if cfg.min_script_share > 0 and unknown:  # params refuses these; a guard for code that builds params itself
+            log.warning("no known script for %s: the wrong_script filter does not judge those sides", unknown)
         self.detector = None
         if cfg.language_id:
             try:
-                self.detector = LanguageDetector([*cfg.language_id_candidates, src_lang, tgt_lang])
+                self.detector = LanguageDetector([*cfg.language_id_candidates, *languages])
             except ValueError as err:
                 raise PipelineError(f"clean.language_id: {err}") from None
         self.eval_pairs = HashSet64()
@@ -290,36 +335,42 @@ class Cleaner:
         self.pool.shutdown()
 
     def normalized(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        src, tgt = self.pool.map(lambda f, x: f(x), self.normalizers, (batch.column("src"), batch.column("tgt")))
-        return pa.record_batch([src, tgt, batch.column("origin"), batch.column("line")], schema=PAIR_SCHEMA)
+        sides = (("src", "src_lang"), ("tgt", "tgt_lang"))
+        src, tgt = self.pool.map(lambda side: self.normalizer(batch.column(side[0]), batch.column(side[1])), sides)
+        return pa.record_batch([src, tgt, *batch.columns[2:]], schema=PAIR_SCHEMA)
 
-    def eval_split(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def eval_split(self, batch: pa.RecordBatch, labels: pa.Array) -> pa.RecordBatch:
         batch = self.normalized(batch)
         if self.cfg.remove_eval_overlap:
-            hashes = np.unique(pair_hashes(batch.column("src"), batch.column("tgt")))
+            hashes = np.unique(pair_hashes(batch.column("src"), batch.column("tgt"), labels))
             self.eval_pairs.add(hashes[~self.eval_pairs.contains(hashes)])
         return batch
 
-    def wrong_language(self, src: pa.Array, tgt: pa.Array, rows: np.ndarray) -> np.ndarray:
-        """True for the `rows` where a side long enough to judge is detected as another language."""
+    def wrong_language(self, batch: pa.RecordBatch, rows: np.ndarray) -> np.ndarray:
+        """True for the `rows` where a side long enough to judge is detected as another language than the row's."""
         wrong = np.zeros(len(rows), dtype=bool)
-        for texts, lang in zip((src, tgt), self.langs, strict=True):
+        for side in ("src", "tgt"):
+            texts, langs = batch.column(side), batch.column(f"{side}_lang")
             long_enough = pc.utf8_length(texts).to_numpy(zero_copy_only=False)[rows] >= self.cfg.language_id_min_chars
-            checked = rows[long_enough]
-            detected = self.detector.detect(texts.take(pa.array(checked)).to_pylist()) if len(checked) else []
-            wrong[np.flatnonzero(long_enough)] |= np.array(detected, dtype=object) != lang
+            checked = pa.array(rows[long_enough])
+            if not len(checked):
+                continue
+            detected = np.array(self.detector.detect(texts.take(checked).to_pylist()), dtype=object)
+            wrong[np.flatnonzero(long_enough)] |= detected != langs.take(checked).to_numpy(zero_copy_only=False)
         return wrong
 
-    def train_split(self, batch: pa.RecordBatch, split: str) -> tuple[pa.RecordBatch, Counter[str]]:
+    def train_split(self, batch: pa.RecordBatch, labels: pa.Array) -> tuple[pa.RecordBatch, np.ndarray]:
+        """The batch normalised, and each row's reject reason (None: kept)."""
         batch = self.normalized(batch)
         src, tgt = batch.column("src"), batch.column("tgt")
         reason = np.full(len(batch), None, dtype=object)
-        for name, mask in rule_masks(src, tgt, self.cfg, self.scripts):
+        for name, mask in rule_masks(src, tgt, batch.column("src_lang"), batch.column("tgt_lang"), self.cfg):
             reason[mask & (reason == None)] = name  # noqa: E711 - elementwise comparison
 
         # Corpus-level filters, on the rows every row-level filter let through.
         rows = np.flatnonzero(reason == None)  # noqa: E711
-        hashes = pair_hashes(src.take(pa.array(rows)), tgt.take(pa.array(rows)))
+        picked = pa.array(rows)
+        hashes = pair_hashes(src.take(picked), tgt.take(picked), labels.take(picked))
         if self.cfg.remove_eval_overlap:
             in_eval = self.eval_pairs.contains(hashes)
             reason[rows[in_eval]] = "overlaps_eval"
@@ -330,18 +381,55 @@ class Cleaner:
             rows, hashes = rows[~copy], hashes[~copy]
             self.seen.add(hashes)
         if self.detector is not None and len(rows):
-            reason[rows[self.wrong_language(src, tgt, rows)]] = "wrong_language"
+            reason[rows[self.wrong_language(batch, rows)]] = "wrong_language"
+        return batch, reason
 
-        rejected = reason != None  # noqa: E711
-        if rejected.any():
-            bad = batch.take(pa.array(np.flatnonzero(rejected)))
-            self.rejected.write_batch(
-                pa.record_batch(
-                    [pa.array([split] * len(bad)), *bad.columns, pa.array(reason[rejected].tolist(), pa.string())],
-                    schema=REJECTED_SCHEMA,
-                )
+
+class SplitTally:
+    """Rows in, kept and rejected (with their reasons) of one split, per direction. Kept and rejected are counted
+    from what is written, apart from the input count, so `check` proves nothing was lost."""
+
+    def __init__(self, split: str, source: Path):
+        self.split, self.source = split, source
+        self.input: Counter[str] = Counter()
+        self.kept: Counter[str] = Counter()
+        self.reasons: dict[str, Counter[str]] = {}
+
+    def add(self, labels: pa.Array, written: pa.Array, rejected_labels: pa.Array, reasons: list[str]) -> None:
+        """One batch: every row's direction, the directions of the rows written out and of the rows rejected."""
+        self.input.update(_value_counts(labels))
+        self.kept.update(_value_counts(written))
+        for direction, reason in zip(rejected_labels.to_pylist(), reasons, strict=True):
+            self.reasons.setdefault(direction, Counter())[reason] += 1
+
+    def of(self, direction: str) -> dict[str, int]:
+        rejected = sum(self.reasons.get(direction, Counter()).values())
+        return {"input": self.input[direction], "kept": self.kept[direction], "rejected": rejected}
+
+    def reasons_of(self, direction: str | None = None) -> dict[str, int]:
+        """The reasons of one direction, or of the whole split, in the order of REASONS."""
+        counts = self.reasons.get(direction, Counter()) if direction else sum(self.reasons.values(), Counter())
+        return {r: counts[r] for r in REASONS if counts[r]}
+
+    def totals(self) -> dict[str, Any]:
+        figures = [self.of(d) for d in self.input]
+        return {**{k: sum(f[k] for f in figures) for k in ("input", "kept", "rejected")}, "reasons": self.reasons_of()}
+
+    def check(self) -> None:
+        """kept + rejected = input for every direction (an invariant, never expected to fail), and some pairs kept."""
+        for direction in sorted({*self.input, *self.kept, *self.reasons}):
+            counts = self.of(direction)
+            if counts["kept"] + counts["rejected"] != counts["input"]:
+                raise PipelineError(f"clean lost rows of direction {direction} in split '{self.split}': {counts}")
+        if not sum(self.kept.values()):
+            raise PipelineError(
+                f"clean kept no pairs of split '{self.split}' ({self.source}); rejected: {self.reasons_of()}"
             )
-        return batch.filter(pa.array(~rejected)), Counter(reason[rejected].tolist())
+
+
+def _value_counts(labels: pa.Array) -> Counter[str]:
+    counts = pc.value_counts(labels)
+    return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)))
 
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
@@ -350,54 +438,83 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     splits = splits_in(paths.raw)
     if "train" not in splits:
         raise MissingArtifact(paths.split_file(paths.raw, "train"), "download")
+    directions = params.data.pairs
     # Valid and test splits first: their pairs must be known before training pairs can be checked against them.
     order = [s for s in splits if s != "train"] + ["train"]
-    report: dict[str, Any] = {}
+    tallies: dict[str, SplitTally] = {}
     with atomic_path(paths.clean) as out:
         out.mkdir()
         with pq.ParquetWriter(out / "rejected.parquet", REJECTED_SCHEMA) as rejected_writer:
-            cleaner = Cleaner(params.clean, params.data.src_lang, params.data.tgt_lang, rejected_writer)
+            cleaner = Cleaner(params.clean, directions)
             try:
                 for split in order:
-                    report[split] = _clean_split(cleaner, split, paths.split_file(paths.raw, split), out)
+                    source = paths.split_file(paths.raw, split)
+                    tallies[split] = _clean_split(cleaner, split, source, out, rejected_writer)
             finally:
                 cleaner.close()
             log.info("deduplication kept %d pair hashes in %.1f MB", len(cleaner.seen), cleaner.seen.nbytes / 2**20)
-    report = {split: report[split] for split in splits}  # train first again, as the files list them
+        _check_every_direction_trains(tallies, directions)
+    report = {split: tallies[split].totals() for split in splits}  # train first again, as the files list them
     totals = {k: sum(r[k] for r in report.values()) for k in ("input", "kept", "rejected")}
-    metrics = {**totals, "splits": report}
-    write_json(paths.metrics("clean"), metrics)
+    per_direction = {
+        d: {**{split: tallies[split].of(d) for split in splits}, "reasons": tallies["train"].reasons_of(d)}
+        for d in directions.names
+    }
+    write_json(paths.metrics("clean"), {**totals, "splits": report, "directions": per_direction})
     train = report["train"]
     log.info("train: kept %d of %d pairs; rejected %s", train["kept"], train["input"], train["reasons"])
+    if len(directions.names) > 1:
+        for d, figures in per_direction.items():
+            log.info("train %s: kept %d of %d pairs; rejected %s", d, figures["train"]["kept"],
+                     figures["train"]["input"], figures["reasons"])
     return {"train_kept": train["kept"], "train_rejected": train["rejected"]}
 
 
-def _clean_split(cleaner: Cleaner, split: str, source: Path, out: Path) -> dict[str, Any]:
+def _check_every_direction_trains(tallies: dict[str, SplitTally], directions: Directions) -> None:
+    """Each direction of data.directions keeps training pairs and has valid pairs (when there is a valid split);
+    otherwise the model could not learn or be validated on it: a PipelineError naming the direction."""
+    train = tallies["train"]
+    for d in directions.names:
+        if not train.kept[d]:
+            raise PipelineError(f"clean kept no training pairs of direction {d} ({train.input[d]} in "
+                                f"{train.source}); rejected: {train.reasons_of(d)}")
+        if "valid" in tallies and not tallies["valid"].input[d]:
+            raise PipelineError(f"{tallies['valid'].source} has no pairs of direction {d}: every direction needs "
+                                "validation pairs")
+
+
+def _clean_split(
+    cleaner: Cleaner, split: str, source: Path, out: Path, rejected_writer: pq.ParquetWriter
+) -> SplitTally:
     from tqdm import tqdm
 
-    counts = {"input": 0, "kept": 0, "rejected": 0}
-    reasons: Counter[str] = Counter()
+    tally = SplitTally(split, source)
     # disable=None: a bar on a terminal only; a log file (DVC, CI, Prefect) gets none of its redraws.
     progress = tqdm(total=count_rows(source), desc=f"clean {split}", unit="pairs", unit_scale=True, mininterval=2,
                     disable=None)
     with pq.ParquetWriter(out / f"{split}.parquet", PAIR_SCHEMA) as writer, progress:
         for batch in iter_pair_batches(source):
             batch = batch.cast(PAIR_SCHEMA)
-            counts["input"] += len(batch)
+            labels = direction_labels(batch)
+            check_directions(batch, labels, source, cleaner.directions)
             if split == "train":
-                batch, batch_reasons = cleaner.train_split(batch, split)
-                reasons.update(batch_reasons)
+                batch, reason = cleaner.train_split(batch, labels)
             else:
-                batch = cleaner.eval_split(batch)
-            writer.write_batch(batch)
-            counts["kept"] += len(batch)
-            progress.update(counts["input"] - progress.n)
-    counts["rejected"] = sum(reasons.values())
-    if counts["kept"] + counts["rejected"] != counts["input"]:
-        raise PipelineError(f"clean lost rows in split '{split}': {counts}")  # an invariant, never expected
-    if counts["kept"] == 0:
-        raise PipelineError(f"clean kept no pairs of split '{split}' ({source}); rejected: {dict(reasons)}")
-    return {**counts, "reasons": {r: reasons[r] for r in REASONS if reasons[r]}}
+                batch, reason = cleaner.eval_split(batch, labels), np.full(len(batch), None, dtype=object)
+            rejected = reason != None  # noqa: E711 - elementwise comparison
+            if rejected.any():
+                _write_rejected(rejected_writer, split, batch.filter(pa.array(rejected)), reason[rejected].tolist())
+            kept = pa.array(~rejected)
+            writer.write_batch(batch.filter(kept))
+            tally.add(labels, labels.filter(kept), labels.filter(pa.array(rejected)), reason[rejected].tolist())
+            progress.update(len(batch))
+    tally.check()
+    return tally
+
+
+def _write_rejected(writer: pq.ParquetWriter, split: str, bad: pa.RecordBatch, reasons: list[str]) -> None:
+    columns = [pa.array([split] * len(bad), pa.string()), *bad.columns, pa.array(reasons, pa.string())]
+    writer.write_batch(pa.record_batch(columns, schema=REJECTED_SCHEMA))
 
 
 if __name__ == "__main__":

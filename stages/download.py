@@ -1,238 +1,62 @@
-"""download: bring the parallel corpus into `data/raw/<split>.parquet` (columns src, tgt, origin, line).
+"""download: bring the parallel corpus into `data/raw/<split>.parquet` (PAIR_SCHEMA: src, tgt, src_lang, tgt_lang,
+origin, line), every direction of `data.directions` in one file per split.
 
 Three sources (`data.source`):
-- `sample`: the corpus the project ships in `assets/sample/` (train/valid/test, en-de), offline;
-- `files`:  `data.files.<split>` is one entry or a list of entries, concatenated in order; an entry is
-            `{src, tgt}` (two aligned files, one sentence a line), `{tsv}` (one file, two tab-separated columns)
-            or `{dir, prefix}` (Moses-style NAME.<src_lang> / NAME.<tgt_lang> files in a directory). Every file
-            may be plain or .gz, UTF-8;
-- `wmt14`:  WMT14 through Hugging Face `datasets` (train, newstest2013 as valid, newstest2014 as test) at one
-            resolved revision, streamed so memory stays bounded; with no route to the hub it fails at once and
-            says what to do.
-Every row keeps its `origin` (the input file as written in params.yaml, or the dataset and split) and its
-1-based `line` there. Rows are streamed into Parquet in row groups; nothing is filtered here: bad input is an
-error naming the file and line. `manifest.json` records the source, the revision when known, rows per split,
-the subsample and the sha256 of every input file.
+- `sample`: the corpus the project ships in `assets/sample/` (train/valid/test, English-German), offline, for
+            en-de and/or de-en;
+- `files`:  `data.files.<split>` is one entry or a list of entries: `{src, tgt, direction}` (two aligned files),
+            `{tsv, columns}` (two tab-separated columns), `{dir, prefix}` (Moses-style NAME.<lang> files) or
+            `{pattern}` (one line-aligned file per language); stages/download_inputs.py says which directions each
+            serves, and checks every file and every direction's inputs before anything is read;
+- `wmt14`:  WMT14 through Hugging Face `datasets` (train, newstest2013 as valid, newstest2014 as test), each
+            direction from its config ({x}-en for en-x and x-en) at one resolved revision, streamed so memory
+            stays bounded; with no route to the hub it fails at once and says what to do.
+A split's rows come direction by direction in data.directions order (within a direction, entries in order). Every
+row carries its languages, its `origin` (the input file as written in params.yaml, or the dataset, config and
+split) and its 1-based `line` there. `data.max_train_pairs` caps each direction's training pairs. Rows are streamed
+into Parquet in row groups; nothing is filtered here: bad input is an error naming the file, line and direction.
+`manifest.json` records the source, the directions, the revision when known, rows per split and per direction,
+each direction's subsample and the sha256 of every input file.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 import os
-import re
-import zlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from itertools import islice, zip_longest
-from pathlib import Path, PurePath
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.artifacts import SAMPLE_DIR, Paths, atomic_path, write_json
+from pipeline.artifacts import Paths, atomic_path, write_json
 from pipeline.corpus import BATCH_ROWS, PAIR_SCHEMA
-from pipeline.errors import CorpusMisaligned, HubUnreachable, InputFileError, PipelineError
-from pipeline.params import MosesDir, Params, SplitFiles, TsvFile
+from pipeline.errors import HubUnreachable, PipelineError
+from pipeline.languages import Direction
+from pipeline.params import DataParams, Params
+from stages.download_inputs import Input, Pair, resolve_inputs, split_pairs
 
 log = logging.getLogger("mtpipe.download")
 
-Pair = tuple[str, str, str, int]  # src, tgt, origin, line (1-based)
+# One direction's pairs of a split, as they are written.
+Stream = tuple[Direction, Iterable[Pair]]
 
 WMT14_DATASET = "wmt/wmt14"
 WMT14_SPLITS = {"train": "train", "valid": "validation", "newstest2014": "test"}
-# NAME.<lang> or NAME.<lang>.gz in a Moses-style directory.
-MOSES_FILE = re.compile(r"^(?P<name>.+?)\.(?P<lang>[a-z]{2,3})(?P<gz>\.gz)?$")
-
-
-# --- reading files ------------------------------------------------------------------------------------------
-
-
-def _open_binary(path: Path):
-    if not path.is_file():
-        raise InputFileError(path, "directory, not a file" if path.is_dir() else "file not found")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def read_lines(path: Path) -> Iterator[str]:
-    """Lines of a plain or gzip UTF-8 file without line ends; CRLF and a leading BOM are handled.
-
-    Invalid UTF-8 or a truncated .gz raise InputFileError naming the file and line.
-    """
-    number = 0
-    try:
-        with _open_binary(path) as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise InputFileError(path, f"not valid UTF-8 at byte {err.start} ({err.reason})", number) from None
-                if number == 1:
-                    line = line.removeprefix("\ufeff")
-                yield line.rstrip("\r\n")
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise InputFileError(path, f"corrupt or truncated gzip after {number} lines ({err})") from None
-
-
-def count_lines(path: Path) -> int:
-    """Lines of a plain or gzip file as read_lines yields them (a last line without a line end counts), fast."""
-    lines, last = 0, b"\n"
-    try:
-        with _open_binary(path) as f:
-            while block := f.read(1 << 22):
-                lines += block.count(b"\n")
-                last = block[-1:]
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise InputFileError(path, f"corrupt or truncated gzip after {lines} lines ({err})") from None
-    return lines + (last != b"\n")
-
-
-def read_parallel(src_path: Path, tgt_path: Path, origin: str | None = None) -> Iterator[Pair]:
-    """Pairs of two aligned files; a length mismatch raises CorpusMisaligned with both paths and counts."""
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    origin = origin or src_path.name
-    n = 0
-    # Not zip(): it consumes (and loses) the source's extra line before noticing the target has ended.
-    for n, (src, tgt) in enumerate(zip_longest(src_lines, tgt_lines), start=1):
-        if src is None or tgt is None:
-            extra_src, extra_tgt = sum(1 for _ in src_lines), sum(1 for _ in tgt_lines)
-            lines_src = n - 1 + (src is not None) + extra_src
-            lines_tgt = n - 1 + (tgt is not None) + extra_tgt
-            raise CorpusMisaligned(src_path, tgt_path, lines_src, lines_tgt)
-        yield src, tgt, origin, n
-
-
-def read_tsv(path: Path, swap: bool = False, origin: str | None = None) -> Iterator[Pair]:
-    """Pairs of a two-column TSV file (second column first when `swap`); a line without exactly one tab is an
-    error naming the file and line: a third column or a missing one means the file is not what params.yaml says."""
-    origin = origin or path.name
-    for n, line in enumerate(read_lines(path), start=1):
-        columns = line.split("\t")
-        if len(columns) != 2:
-            raise InputFileError(path, f"expected 2 tab-separated columns, found {len(columns)} ({_preview(line)})", n)
-        first, second = columns
-        yield (second, first, origin, n) if swap else (first, second, origin, n)
-
-
-def _preview(line: str, width: int = 60) -> str:
-    return repr(line if len(line) <= width else line[: width - 3] + "...")
-
-
-# --- inputs: what data.files names, resolved to files ------------------------------------------------------
 
 
 @dataclass
-class Input:
-    """One input of a split: the files it reads, how to read its pairs, and how to count them cheaply."""
+class Downloaded:
+    """What the stage wrote: what manifest.json and the metrics report."""
 
-    files: list[Path]
-    describe: str  # for messages: the files, as the user named them
-    read: Callable[[], Iterator[Pair]]
-    count: Callable[[], int]
-
-
-def _resolve(path: str, root: Path) -> Path:
-    p = Path(os.path.expanduser(path))
-    return p if p.is_absolute() else root / p
-
-
-def _aligned_input(src: Path, tgt: Path, src_origin: str) -> Input:
-    return Input(
-        files=[src, tgt],
-        describe=f"{src} and {tgt}",
-        read=lambda: read_parallel(src, tgt, src_origin),
-        count=lambda: count_lines(src),
-    )
-
-
-def moses_pairs(directory: Path, prefix: str, src_lang: str, tgt_lang: str) -> list[tuple[str, Path, Path]]:
-    """(NAME, NAME.<src_lang>, NAME.<tgt_lang>) for every NAME in `directory` starting with `prefix`, NAME order.
-
-    A NAME with only one of the two languages is an error (a forgotten or misnamed file would otherwise drop a
-    corpus silently), and so is a directory with no pair at all.
-    """
-    if not directory.is_dir():
-        raise InputFileError(directory, "directory not found" if not directory.exists() else "not a directory")
-    found: dict[str, dict[str, Path]] = {}
-    for path in sorted(directory.iterdir()):
-        match = MOSES_FILE.match(path.name)
-        if not path.is_file() or not match or not match["name"].startswith(prefix):
-            continue
-        if match["lang"] not in (src_lang, tgt_lang):
-            continue
-        sides = found.setdefault(match["name"], {})
-        if match["lang"] in sides:
-            raise InputFileError(directory, f"both {sides[match['lang']].name} and {path.name} exist: keep one")
-        sides[match["lang"]] = path
-    if not found:
-        others = sorted(p.name for p in directory.iterdir())[:10]
-        raise InputFileError(
-            directory,
-            f"no NAME.{src_lang} / NAME.{tgt_lang} files (plain or .gz)"
-            + (f" whose NAME starts with {prefix!r}" if prefix else "")
-            + f"; it has {others or 'nothing'}",
-        )
-    pairs = []
-    for name, sides in sorted(found.items()):
-        missing = [lang for lang in (src_lang, tgt_lang) if lang not in sides]
-        if missing:
-            present = next(iter(sides.values()))
-            raise InputFileError(present, f"has no partner {name}.{missing[0]} (or .gz) in {directory}")
-        pairs.append((name, sides[src_lang], sides[tgt_lang]))
-    return pairs
-
-
-def resolve_inputs(params: Params, root: Path) -> dict[str, list[Input]]:
-    """Every split's inputs, with every file checked to exist before anything is read."""
-    data = params.data
-    src_lang, tgt_lang = data.src_lang, data.tgt_lang
-    if data.source == "sample":
-        if {src_lang, tgt_lang} != {"en", "de"}:
-            raise PipelineError(
-                f"the embedded sample is English-German; data.src_lang/tgt_lang are {src_lang}/{tgt_lang}"
-            )
-        return {
-            s: [_aligned_input(SAMPLE_DIR / f"{s}.{src_lang}", SAMPLE_DIR / f"{s}.{tgt_lang}", f"{s}.{src_lang}")]
-            for s in ("train", "valid", "test")
-        }
-    splits: dict[str, list[Input]] = {}
-    for split, entries in data.files.items():
-        inputs = splits[split] = []
-        for entry in entries:
-            if isinstance(entry, SplitFiles):
-                inputs.append(_aligned_input(_resolve(entry.src, root), _resolve(entry.tgt, root), entry.src))
-            elif isinstance(entry, TsvFile):
-                path, swap = _resolve(entry.tsv, root), (entry.columns or (src_lang, tgt_lang))[0] != src_lang
-                inputs.append(
-                    Input(
-                        files=[path],
-                        describe=str(path),
-                        read=lambda path=path, swap=swap, origin=entry.tsv: read_tsv(path, swap, origin),
-                        count=lambda path=path: count_lines(path),
-                    )
-                )
-            elif isinstance(entry, MosesDir):
-                directory = _resolve(entry.dir, root)
-                for _, src, tgt in moses_pairs(directory, entry.prefix, src_lang, tgt_lang):
-                    inputs.append(_aligned_input(src, tgt, str(PurePath(entry.dir) / src.name)))
-    for inputs in splits.values():
-        for one in inputs:
-            for path in one.files:
-                if not path.is_file():
-                    raise InputFileError(path, "directory, not a file" if path.is_dir() else "file not found")
-    return splits
-
-
-def split_pairs(inputs: list[Input]) -> Iterator[Pair]:
-    """The inputs' pairs, concatenated; an input without a single pair is an error naming its files."""
-    for one in inputs:
-        rows = 0
-        for rows, pair in enumerate(one.read(), start=1):  # noqa: B007 - rows is the count after the loop
-            yield pair
-        if rows == 0:
-            raise InputFileError(one.describe, "empty: no pairs")
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> direction -> rows
+    inputs: dict[str, str] = field(default_factory=dict)  # input file -> sha256
+    subsample: dict[str, dict[str, Any]] = field(default_factory=dict)  # direction -> how its train was capped
+    dataset: dict[str, Any] = field(default_factory=dict)  # wmt14: the dataset and the revision read
 
 
 # --- subsampling ------------------------------------------------------------------------------------------
@@ -246,14 +70,18 @@ def spread(pairs: Iterable[Pair], keep: int, total: int) -> Iterator[Pair]:
             yield pair
 
 
-def subsampled(pairs: Iterable[Pair], params: Params, total: int | None, note: dict[str, Any]) -> Iterable[Pair]:
-    cap = params.data.max_train_pairs
+def subsampled(
+    pairs: Iterable[Pair], data: DataParams, total: int | None, direction: Direction, notes: dict[str, Any]
+) -> Iterable[Pair]:
+    """At most data.max_train_pairs of one direction's training pairs (`total` of them, when known); how they were
+    taken goes into `notes[direction]` for the manifest. Without a cap, `pairs` as they are."""
+    cap = data.max_train_pairs
     if cap is None:
         return pairs
-    method = params.data.subsample if total is not None else "head"
-    if params.data.subsample == "spread" and total is None:
-        log.warning("the size of the training split is unknown, so max_train_pairs takes the first %d pairs", cap)
-    note.update({"max_train_pairs": cap, "method": method, "from_pairs": total})
+    method = data.subsample if total is not None else "head"
+    if data.subsample == "spread" and total is None:
+        log.warning("the size of %s's training pairs is unknown, so max_train_pairs takes the first %d", direction, cap)
+    notes[str(direction)] = {"max_train_pairs": cap, "method": method, "from_pairs": total}
     if method == "spread" and total is not None and total > cap:
         return spread(pairs, cap, total)
     return islice(pairs, cap)
@@ -262,22 +90,36 @@ def subsampled(pairs: Iterable[Pair], params: Params, total: int | None, note: d
 # --- writing --------------------------------------------------------------------------------------------------
 
 
-def write_split(pairs: Iterable[Pair], out: Path) -> int:
-    """Stream pairs into a Parquet file, one row group per BATCH_ROWS pairs; returns the row count."""
+def write_split(streams: Iterable[Stream], out: Path) -> dict[str, int]:
+    """Stream each direction's pairs into one Parquet file, direction after direction, in batches of at most
+    BATCH_ROWS pairs; returns the rows per direction."""
     from tqdm import tqdm
 
-    rows = 0
-    pairs = iter(pairs)
+    rows: dict[str, int] = {}
     # The total is unknown while streaming: the bar counts. disable=None: on a terminal only, not in log files.
     progress = tqdm(desc=f"download {out.stem}", unit="pairs", unit_scale=True, mininterval=2, disable=None)
     with pq.ParquetWriter(out, PAIR_SCHEMA) as writer, progress:
-        while chunk := list(islice(pairs, BATCH_ROWS)):
-            columns = list(zip(*chunk, strict=True))
-            arrays = [pa.array(c, t) for c, t in zip(columns, PAIR_SCHEMA.types, strict=True)]
-            writer.write_batch(pa.record_batch(arrays, PAIR_SCHEMA))
-            rows += len(chunk)
-            progress.update(len(chunk))
+        for direction, pairs in streams:
+            rows[str(direction)] = 0
+            pairs = iter(pairs)
+            while chunk := list(islice(pairs, BATCH_ROWS)):
+                writer.write_batch(_record_batch(chunk, direction))
+                rows[str(direction)] += len(chunk)
+                progress.update(len(chunk))
     return rows
+
+
+def _record_batch(chunk: list[Pair], direction: Direction) -> pa.RecordBatch:
+    src, tgt, origin, line = zip(*chunk, strict=True)
+    columns = {
+        "src": src,
+        "tgt": tgt,
+        "src_lang": [direction.src] * len(chunk),
+        "tgt_lang": [direction.tgt] * len(chunk),
+        "origin": origin,
+        "line": line,
+    }
+    return pa.RecordBatch.from_pydict(columns, schema=PAIR_SCHEMA)
 
 
 def sha256(path: Path) -> str:
@@ -288,6 +130,11 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _counted(rows: dict[str, int]) -> str:
+    """ "12 pairs (en-de 6, en-fr 6)" for the log."""
+    return f"{sum(rows.values())} pairs ({', '.join(f'{d} {n}' for d, n in rows.items())})"
+
+
 # --- WMT14 ----------------------------------------------------------------------------------------------------
 
 
@@ -295,8 +142,8 @@ def _check_hub_reachable(timeout: float = 5.0) -> None:
     """Fail at once, not after datasets' retry loop, when the hub cannot be reached."""
     hint = (
         "Hugging Face hub is unreachable{why}, so WMT14 cannot be downloaded. Download it where you have network "
-        "access, or point data.source: files at local parallel files (data.files.<split>: {{src, tgt}}, {{tsv}} "
-        "or {{dir}}, plain or .gz)."
+        "access, or point data.source: files at local parallel files (data.files.<split>: {{src, tgt}}, {{tsv}}, "
+        "{{dir}} or {{pattern}}, plain or .gz)."
     )
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
@@ -337,17 +184,67 @@ def _load_wmt14(config: str, split: str, revision: str | None) -> tuple[Iterable
     return dataset, getattr(info, "num_examples", None) or None
 
 
-def wmt14_split(params: Params, split: str, revision: str | None) -> tuple[Iterator[Pair], int | None]:
-    src, tgt = params.data.src_lang, params.data.tgt_lang
-    config = f"{tgt if src == 'en' else src}-en"
+def wmt14_config(direction: Direction) -> str:
+    """The WMT14 config that holds a direction: `x-en` for both en-x and x-en (params allows no other pair)."""
+    return f"{direction.tgt if direction.src == 'en' else direction.src}-en"
+
+
+def wmt14_split(direction: Direction, split: str, revision: str | None) -> tuple[Iterator[Pair], int | None]:
+    """One direction's pairs of a WMT14 split, oriented as the direction says, and their number when known."""
+    config = wmt14_config(direction)
     rows, total = _load_wmt14(config, WMT14_SPLITS[split], revision)
     origin = f"{WMT14_DATASET}:{config}:{WMT14_SPLITS[split]}"
 
     def pairs() -> Iterator[Pair]:
         for n, row in enumerate(rows, start=1):
-            yield row["translation"][src], row["translation"][tgt], origin, n
+            yield row["translation"][direction.src], row["translation"][direction.tgt], origin, n
 
     return pairs(), total
+
+
+def download_wmt14(params: Params, out: Path) -> Downloaded:
+    _check_hub_reachable()
+    revision = _resolve_revision(params.data.revision)
+    done = Downloaded(dataset={"dataset": WMT14_DATASET, "revision": revision})
+    for split in WMT14_SPLITS:
+        streams: list[Stream] = []
+        for direction in params.data.pairs.directions:
+            pairs, total = wmt14_split(direction, split, revision)
+            if split == "train":
+                pairs = subsampled(pairs, params.data, total, direction, done.subsample)
+            streams.append((direction, pairs))
+        done.rows[split] = write_split(streams, out / f"{split}.parquet")
+        log.info("%s: %s", split, _counted(done.rows[split]))
+    return done
+
+
+# --- files and the sample -------------------------------------------------------------------------------------
+
+
+def _files_stream(
+    split: str, inputs: list[Input], data: DataParams, direction: Direction, notes: dict[str, Any]
+) -> Stream:
+    pairs = split_pairs(inputs)
+    if split == "train" and data.max_train_pairs is not None:
+        # Counting lines reads the files once more; only spread needs the total.
+        total = sum(one.count() for one in inputs) if data.subsample == "spread" else None
+        pairs = subsampled(pairs, data, total, direction, notes)
+    return direction, pairs
+
+
+def copy_files(params: Params, root: Path, out: Path) -> Downloaded:
+    """The sample or data.files into Parquet, split by split; a test split holds the directions it has inputs for."""
+    done = Downloaded()
+    for split, by_direction in resolve_inputs(params, root).items():
+        streams = [
+            _files_stream(split, inputs, params.data, d, done.subsample) for d, inputs in by_direction.items() if inputs
+        ]
+        done.rows[split] = write_split(streams, out / f"{split}.parquet")
+        for path in (path for inputs in by_direction.values() for one in inputs for path in one.files):
+            if str(path) not in done.inputs:  # a language's file of a {pattern} serves several directions
+                done.inputs[str(path)] = sha256(path)
+        log.info("%s: %s from %d input(s)", split, _counted(done.rows[split]), sum(map(len, by_direction.values())))
+    return done
 
 
 # --- the stage ------------------------------------------------------------------------------------------------
@@ -355,40 +252,34 @@ def wmt14_split(params: Params, split: str, revision: str | None) -> tuple[Itera
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     data = params.data
-    manifest: dict[str, Any] = {"source": data.source, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
-    splits: dict[str, int] = {}
-    inputs_sha: dict[str, str] = {}
-    subsample: dict[str, Any] = {}
     with atomic_path(paths.raw) as out:
         out.mkdir()
-        if data.source == "wmt14":
-            _check_hub_reachable()
-            revision = _resolve_revision(data.revision)
-            manifest |= {"dataset": WMT14_DATASET, "revision": revision}
-            for split in WMT14_SPLITS:
-                pairs, total = wmt14_split(params, split, revision)
-                if split == "train":
-                    pairs = subsampled(pairs, params, total, subsample)
-                splits[split] = write_split(pairs, out / f"{split}.parquet")
-                log.info("%s: %d pairs", split, splits[split])
-        else:
-            for split, inputs in resolve_inputs(params, paths.root).items():
-                pairs: Iterable[Pair] = split_pairs(inputs)
-                if split == "train" and data.max_train_pairs:
-                    total = sum(one.count() for one in inputs) if data.subsample == "spread" else None
-                    pairs = subsampled(pairs, params, total, subsample)
-                splits[split] = write_split(pairs, out / f"{split}.parquet")
-                for one in inputs:
-                    for path in one.files:
-                        inputs_sha[str(path)] = sha256(path)
-                log.info("%s: %d pairs from %d input(s)", split, splits[split], len(inputs))
-        if empty := [s for s, n in splits.items() if n == 0]:
-            raise PipelineError(f"the {data.source} source gave no pairs for split(s) {empty}")
-        manifest |= {"splits": splits, "inputs": inputs_sha}
-        if subsample:
-            manifest["subsample"] = subsample
-        write_json(out / "manifest.json", manifest)
-    return {"source": data.source, **{f"{s}_pairs": n for s, n in splits.items()}}
+        done = download_wmt14(params, out) if data.source == "wmt14" else copy_files(params, paths.root, out)
+        _check_every_direction_has_rows(done, data)
+        write_json(out / "manifest.json", _manifest(data, done))
+    metrics: dict[str, Any] = {"source": data.source}
+    metrics |= {f"{split}_pairs": sum(rows.values()) for split, rows in done.rows.items()}
+    if len(data.directions) > 1:
+        metrics |= {f"train_pairs_{direction}": n for direction, n in done.rows["train"].items()}
+    return metrics
+
+
+def _check_every_direction_has_rows(done: Downloaded, data: DataParams) -> None:
+    if empty := [split for split, rows in done.rows.items() if not sum(rows.values())]:
+        raise PipelineError(f"the {data.source} source gave no pairs for split(s) {empty}")
+    for split in ("train", "valid"):
+        if empty := [d for d in data.directions if not done.rows[split].get(d)]:
+            raise PipelineError(f"the {data.source} source gave no pairs of direction(s) {empty} for split {split}")
+
+
+def _manifest(data: DataParams, done: Downloaded) -> dict[str, Any]:
+    manifest = {"source": data.source, "directions": data.directions, **done.dataset}
+    manifest |= {
+        "splits": {split: sum(rows.values()) for split, rows in done.rows.items()},
+        "rows_per_direction": done.rows,
+        "inputs": done.inputs,
+    }
+    return manifest | ({"subsample": done.subsample} if done.subsample else {})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,20 @@
 """tokenize: train SentencePiece on the cleaned training pairs and encode every split to token arrays.
 
-By default one joint model serves both languages (`tokenize.joint: false` trains one per side). With
-`model.init: pretrained` the checkpoint's own tokenizer is used instead of training one. The vocabulary
-follows the Opus-MT/Marian layout so the trained model converts to CTranslate2 unchanged: `</s>` = 0,
-`<unk>` = 1, the SentencePiece pieces, and `<pad>` appended as the LAST id. The tokenizer is also saved as a
-standard transformers `MarianTokenizer` (`hf_tokenizer/`), which the train stage ships inside `models/final`,
-so `AutoTokenizer.from_pretrained("models/final")` gives the same ids as the arrays here.
+By default one joint model serves every language (`tokenize.joint: false` trains one per side, for one direction
+only). With one direction SentencePiece trains on the stream of both sides (sampling `input_sentence_size` of
+them itself); with several, on a sample balanced across languages (stages/tokenize_sample.py). With
+`model.init: pretrained` the checkpoint's own tokenizer is used instead of training one.
+
+The vocabulary follows the Opus-MT/Marian layout so the trained model converts to CTranslate2 unchanged:
+`</s>` = 0, `<unk>` = 1, the SentencePiece pieces, and `<pad>` appended as the LAST id. With more than one target
+language the target tags (`>>de<<`) are SentencePiece user-defined symbols (never split; ids 2, 3, ... right after
+the control pieces), and every source sequence starts with its row's tag: the text's pieces get the tag id put in
+front (the tag is not encoded as text, where SentencePiece would give it a `▁` piece of its own).
+
+The tokenizer is also saved as a standard transformers `MarianTokenizer` (`hf_tokenizer/`, with the model's
+directions in `languages.json`), which the train stage ships inside `models/final`, so
+`AutoTokenizer.from_pretrained("models/final")(">>de<< " + text)` (`Directions.tagged`) gives the same ids as the
+arrays here. Beside each split's arrays, `<split>.dir.npy` gives every row's direction (pipeline/token_arrays.py).
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import io
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +32,16 @@ import numpy as np
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import count_rows, iter_pair_batches
 from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.languages import Directions, target_tag
 from pipeline.params import Params
-from pipeline.token_arrays import TokenArrayWriter, flatten, token_dtype
+from pipeline.token_arrays import (
+    MAX_DIRECTIONS,
+    TokenArrayWriter,
+    flatten,
+    token_dtype,
+    write_row_directions,
+)
+from stages.tokenize_sample import DIRECTION_COLUMNS, balanced_sample, row_directions
 
 log = logging.getLogger("mtpipe.tokenize")
 
@@ -36,14 +53,16 @@ def _threads(setting: int | str) -> int:
     return (os.cpu_count() or 1) if setting == "auto" else int(setting)
 
 
-def _train_sentences(train_file: Path, columns: tuple[str, ...]) -> Iterator[str]:
+def sentences_of(train_file: Path, columns: tuple[str, ...]) -> Iterator[str]:
+    """Every non-empty sentence of the given sides of the training pairs, streamed (the one-direction input)."""
     for batch in iter_pair_batches(train_file, ["src", "tgt"]):
         for column in columns:
             yield from (s for s in batch.column(column).to_pylist() if s)
 
 
-def train_spm(params: Params, train_file: Path, model_file: Path, columns: tuple[str, ...]) -> Path:
-    """Train a SentencePiece model on the given sides of the training pairs. Input sampling is seeded."""
+def train_spm(params: Params, sentences: Iterable[str], model_file: Path, reserved: list[str] | None = None) -> Path:
+    """Train a SentencePiece model on `sentences`, with `reserved` pieces (never split) right after the control
+    pieces. Input sampling is seeded."""
     import sentencepiece as spm
 
     tok = params.tokenize
@@ -54,7 +73,7 @@ def train_spm(params: Params, train_file: Path, model_file: Path, columns: tuple
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=_train_sentences(train_file, columns),
+            sentence_iterator=iter(sentences),
             model_writer=model,
             model_type=tok.model_type,
             vocab_size=tok.vocab_size,
@@ -71,6 +90,8 @@ def train_spm(params: Params, train_file: Path, model_file: Path, columns: tuple
             unk_id=1,
             bos_id=-1,
             pad_id=-1,
+            # The target tags, one piece each wherever they stand (none: the same model as without the option).
+            user_defined_symbols=list(reserved or ()),
             minloglevel=2,
         )
     except RuntimeError as err:
@@ -89,9 +110,9 @@ def marian_vocab(spm_model: Path) -> dict[str, int]:
     return vocab
 
 
-def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, src_lang: str, tgt_lang: str) -> None:
+def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, directions: Directions) -> None:
     """Save a transformers MarianTokenizer over the SentencePiece model(s): one shared vocab.json when joint,
-    vocab.json + target_vocab.json when the sides have their own models."""
+    vocab.json + target_vocab.json when the sides have their own models; languages.json beside them."""
     from transformers import MarianTokenizer
 
     separate = src_spm != tgt_spm
@@ -107,67 +128,137 @@ def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, src_lang: st
             vocab=str(tmp / "vocab.json"),
             target_vocab_file=str(tmp / "target_vocab.json") if separate else None,
             separate_vocabs=separate,
-            source_lang=src_lang,
-            target_lang=tgt_lang,
+            # Only its Moses punctuation normaliser reads these (never on encoding): None where there are several.
+            source_lang=_only(directions.sources),
+            target_lang=_only(directions.targets),
             unk_token=UNK,
             eos_token=EOS,
             pad_token=PAD,
             model_max_length=1024,
         )
         tokenizer.save_pretrained(tmp)
+        directions.write(tmp)
 
 
-# texts -> (ids of every sentence back to back, each ending in </s>; the length of each sentence)
-Encoder = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
+def _only(languages: list[str]) -> str | None:
+    return languages[0] if len(languages) == 1 else None
 
 
-def append_eos(flat: np.ndarray, lengths: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Insert </s> after every sequence of a flat id array, vectorised (no per-sentence list copies)."""
-    ends = np.cumsum(lengths + 1)
+# (texts, each row's index into the directions) -> (ids of every sentence back to back, each ending in </s>; the
+# length of each sentence). The direction picks a source sentence's target tag; target encoders ignore it.
+Encoder = Callable[[list[str], np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def frame(flat: np.ndarray, lengths: np.ndarray, eos_id: int,
+          first_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every sequence of a flat id array as [first id] + ids + [</s>] (the first id only when given, one per
+    sequence), vectorised (no per-sentence list copies)."""
+    framed = lengths + (1 if first_ids is None else 2)
+    ends = np.cumsum(framed)
     out = np.full(int(ends[-1]) if len(ends) else 0, eos_id, dtype=flat.dtype)
     body = np.ones(len(out), dtype=bool)
     body[ends - 1] = False
+    if first_ids is not None:
+        starts = ends - framed
+        out[starts] = first_ids
+        body[starts] = False
     out[body] = flat
-    return out, lengths + 1
+    return out, framed
 
 
-def spm_encoder(model_file: Path, eos_id: int, threads: int) -> Encoder:
+def spm_encoder(model_file: Path, eos_id: int, threads: int, tag_ids: np.ndarray | None = None) -> Encoder:
+    """Encode with SentencePiece; with `tag_ids` (one per direction) each sequence starts with its row's tag."""
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
-    return lambda texts: append_eos(*flatten(sp.encode(texts, num_threads=threads)), eos_id)
+
+    def encode(texts: list[str], direction_of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat, lengths = flatten(sp.encode(texts, num_threads=threads))
+        return frame(flat, lengths, eos_id, None if tag_ids is None else tag_ids[direction_of_rows])
+
+    return encode
 
 
-def pretrained_tokenizer(params: Params, out_dir: Path) -> tuple[dict[str, Any], dict[str, Encoder]]:
-    """model.init: pretrained: the checkpoint's own tokenizer encodes the corpus and travels with the model."""
+def _tag_ids(vocab: dict[str, int], directions: Directions) -> np.ndarray | None:
+    """Each direction's target-tag id, or None when targets are not tagged."""
+    if not directions.target_tags:
+        return None
+    return np.array([vocab[target_tag(d.tgt)] for d in directions.directions], dtype=np.int64)
+
+
+def _tag_meta(vocab: dict[str, int], directions: Directions) -> dict[str, Any]:
+    return {"directions": directions.names, "target_tags": directions.target_tags,
+            "target_tag_ids": {tag: vocab[tag] for tag in directions.tags}}
+
+
+def pretrained_tokenizer(params: Params, out_dir: Path,
+                         directions: Directions) -> tuple[dict[str, Any], dict[str, Encoder]]:
+    """model.init: pretrained: the checkpoint's own tokenizer encodes the corpus and travels with the model. With
+    target tags it must be a MarianTokenizer holding every tag (OPUS-MT multi-target style), which reads a
+    leading `>>de<<` of the text as one token: the tags go in as text."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(params.model.name_or_path)
+    name = params.model.name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    vocab = tokenizer.get_vocab()
+    _check_pretrained_tags(tokenizer, vocab, directions, name)
     tokenizer.save_pretrained(out_dir / "hf_tokenizer")
+    directions.write(out_dir / "hf_tokenizer")
     meta = {"vocab_size": len(tokenizer), "pad_id": tokenizer.pad_token_id, "eos_id": tokenizer.eos_token_id,
-            "unk_id": tokenizer.unk_token_id, "tokenizer": params.model.name_or_path}
+            "unk_id": tokenizer.unk_token_id, "tokenizer": name, **_tag_meta(vocab, directions)}
+    prefixes = [directions.tagged("", d.tgt) for d in directions.directions]  # ">>de<< " or ""
+
+    def encode_src(texts: list[str], direction_of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if directions.target_tags:
+            texts = [prefixes[d] + text for d, text in zip(direction_of_rows.tolist(), texts, strict=True)]
+        return flatten(tokenizer(texts).input_ids)
+
     encoders: dict[str, Encoder] = {  # the tokenizer appends </s> itself
-        "src": lambda texts: flatten(tokenizer(texts).input_ids),
-        "tgt": lambda texts: flatten(tokenizer(text_target=texts).input_ids),
+        "src": encode_src,
+        "tgt": lambda texts, _rows: flatten(tokenizer(text_target=texts).input_ids),
     }
     return meta, encoders
 
 
-def trained_tokenizer(params: Params, train_file: Path, out_dir: Path) -> tuple[dict[str, Any], dict[str, Encoder]]:
-    """Train SentencePiece (joint or one model a side) on the training pairs; save the HF tokenizer beside it."""
+def _check_pretrained_tags(tokenizer: Any, vocab: dict[str, int], directions: Directions, name: str) -> None:
+    from transformers import MarianTokenizer
+
+    if not directions.target_tags:
+        return
+    missing = [tag for tag in directions.tags if tag not in vocab]
+    if not isinstance(tokenizer, MarianTokenizer) or missing:
+        raise PipelineError(
+            f"model.name_or_path {name}: data.directions {directions.names} need a target tag in front of every "
+            f"source ({', '.join(directions.tags)}), which takes a MarianTokenizer with those tags in its "
+            f"vocabulary; this checkpoint has a {type(tokenizer).__name__}"
+            + (f" without {', '.join(missing)}" if missing else "")
+        )
+
+
+def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
+                      directions: Directions) -> tuple[dict[str, Any], dict[str, Encoder], dict[str, Any]]:
+    """Train SentencePiece (joint or one model a side) on the training pairs; save the HF tokenizer beside it.
+    Also returns the per-language figures of the balanced sample (empty with one direction)."""
     threads = os.cpu_count() or 1  # encoding output does not depend on the thread count; training does
-    if params.tokenize.joint:
-        src_spm = tgt_spm = train_spm(params, train_file, out_dir / "spm.model", ("src", "tgt"))
+    sample: dict[str, Any] = {}
+    if len(directions.directions) > 1:
+        tok = params.tokenize
+        sentences, sample = balanced_sample(train_file, directions, tok.input_sentence_size, tok.temperature,
+                                            tok.seed)
+        src_spm = tgt_spm = train_spm(params, sentences, out_dir / "spm.model", directions.tags)
+    elif params.tokenize.joint:
+        src_spm = tgt_spm = train_spm(params, sentences_of(train_file, SIDES), out_dir / "spm.model")
     else:
-        src_spm = train_spm(params, train_file, out_dir / "spm.src.model", ("src",))
-        tgt_spm = train_spm(params, train_file, out_dir / "spm.tgt.model", ("tgt",))
-    write_hf_tokenizer(src_spm, tgt_spm, out_dir / "hf_tokenizer", params.data.src_lang, params.data.tgt_lang)
+        src_spm = train_spm(params, sentences_of(train_file, ("src",)), out_dir / "spm.src.model")
+        tgt_spm = train_spm(params, sentences_of(train_file, ("tgt",)), out_dir / "spm.tgt.model")
+    write_hf_tokenizer(src_spm, tgt_spm, out_dir / "hf_tokenizer", directions)
     vocab = marian_vocab(src_spm)
     # Separate models are trained to exactly vocab_size pieces, so both sides share the size and the <pad> id.
     meta = {"vocab_size": len(vocab), "pad_id": vocab[PAD], "eos_id": vocab[EOS], "unk_id": vocab[UNK],
-            "tokenizer": "sentencepiece", "joint": params.tokenize.joint}
-    encoders = {"src": spm_encoder(src_spm, vocab[EOS], threads), "tgt": spm_encoder(tgt_spm, vocab[EOS], threads)}
-    return meta, encoders
+            "tokenizer": "sentencepiece", "joint": params.tokenize.joint, **_tag_meta(vocab, directions)}
+    encoders = {"src": spm_encoder(src_spm, vocab[EOS], threads, _tag_ids(vocab, directions)),
+                "tgt": spm_encoder(tgt_spm, vocab[EOS], threads)}
+    return meta, encoders, sample
 
 
 def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
@@ -179,9 +270,11 @@ def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
 
 
 def encode_split(
-    encoders: dict[str, Encoder], parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool
+    encoders: dict[str, Encoder], parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool,
+    directions: Directions,
 ) -> dict[str, Any]:
-    """Encode one split, streaming over Parquet batches; every sentence ends with </s>.
+    """Encode one split, streaming over Parquet batches; every sentence ends with </s>. Writes the token arrays
+    and each row's direction (`<split>.dir.npy`); a row of a direction the model does not have is an error.
 
     Pairs with a side longer than `max_len` tokens are counted; with `drop` they are left out of the arrays.
     """
@@ -189,15 +282,19 @@ def encode_split(
 
     writers = {side: TokenArrayWriter(prefix.parent / f"{prefix.name}.{side}", np.dtype(dtype)) for side in SIDES}
     lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
-    unknown = total = overlong = 0
+    kept_directions: list[np.ndarray] = []
+    unknown = total = overlong = rows_read = 0
     # disable=None: a bar on a terminal only; a log file (DVC, CI, Prefect) gets none of its redraws.
     progress = tqdm(total=count_rows(parquet), desc=f"encode {parquet.stem}", unit="pairs", unit_scale=True,
                     mininterval=2, disable=None)
-    for batch in iter_pair_batches(parquet, ["src", "tgt"]):
+    for batch in iter_pair_batches(parquet, [*SIDES, *DIRECTION_COLUMNS]):
         progress.update(len(batch))
-        encoded = {side: encoders[side](batch.column(side).to_pylist()) for side in SIDES}
+        row_dirs = row_directions(batch, directions.names, parquet, rows_read)
+        rows_read += len(batch)
+        encoded = {side: encoders[side](batch.column(side).to_pylist(), row_dirs) for side in SIDES}
         too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
         overlong += int(too_long.sum())
+        kept_directions.append(row_dirs[~too_long] if drop else row_dirs)
         for side in SIDES:
             flat, n = encoded[side]
             if drop and too_long.any():
@@ -207,9 +304,14 @@ def encode_split(
             total += int(n.sum())
             unknown += int(np.count_nonzero(flat == unk_id))
     progress.close()
-    rows = {side: writers[side].close() for side in SIDES}
+    pairs = {side: writers[side].close() for side in SIDES}
+    row_dirs = np.concatenate(kept_directions) if kept_directions else np.zeros(0, dtype=np.uint8)
+    write_row_directions(prefix, row_dirs)
+    per_direction = np.bincount(row_dirs, minlength=len(directions.names))
     return {
-        "pairs": rows["src"],
+        "pairs": pairs["src"],
+        # The directions this split holds (a test set may hold only some of them).
+        "pairs_per_direction": {name: int(n) for name, n in zip(directions.names, per_direction, strict=True) if n},
         "src_tokens": _length_stats(lengths["src"]),
         "tgt_tokens": _length_stats(lengths["tgt"]),
         "unk_rate": round(unknown / max(total, 1), 6),
@@ -217,7 +319,17 @@ def encode_split(
     }
 
 
+def check_directions(params: Params, directions: Directions) -> None:
+    """Refuse what the directions and the tokenizer settings cannot do together, before anything is trained."""
+    if len(directions.directions) > MAX_DIRECTIONS:
+        raise PipelineError(f"data.directions: {len(directions.directions)} directions, more than the "
+                            f"{MAX_DIRECTIONS} a tokenized corpus can tell apart")
+    # tokenize.joint: false with several directions is refused by pipeline/params.py, before any stage runs.
+
+
 def run(params: Params, paths: Paths) -> dict[str, Any]:
+    directions = params.data.pairs
+    check_directions(params, directions)
     train_file = paths.split_file(paths.clean, "train")
     if not train_file.exists():
         raise MissingArtifact(train_file, "clean")
@@ -226,21 +338,24 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
 
     with atomic_path(paths.tokenized) as out:
         out.mkdir()
+        sample: dict[str, Any] = {}
         if params.model.init == "pretrained":
-            meta, encoders = pretrained_tokenizer(params, out)
+            meta, encoders = pretrained_tokenizer(params, out, directions)
         else:
-            meta, encoders = trained_tokenizer(params, train_file, out)
+            meta, encoders, sample = trained_tokenizer(params, train_file, out, directions)
         dtype = token_dtype(meta["vocab_size"])
-        meta.update(dtype=dtype, splits=splits, src_lang=params.data.src_lang, tgt_lang=params.data.tgt_lang)
+        meta.update(dtype=dtype, splits=splits)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
         per_split = {
             # Only training pairs are ever dropped; test sets are translated whole (the model truncates input).
             s: encode_split(encoders, paths.split_file(paths.clean, s), out / s, dtype, meta["unk_id"], max_len,
-                            drop=params.tokenize.overlong == "drop" and s == "train")
+                            drop=params.tokenize.overlong == "drop" and s == "train", directions=directions)
             for s in splits
         }
 
     metrics = {"vocab_size": meta["vocab_size"], "dtype": dtype, "max_len": max_len, "splits": per_split}
+    if sample:
+        metrics["sentencepiece_sample"] = sample
     write_json(paths.metrics("tokenize"), metrics)
     log.info("tokenized %s with a %d-entry vocabulary", {s: v["pairs"] for s, v in per_split.items()},
              meta["vocab_size"])

@@ -27,16 +27,18 @@ def multi30k_lines(name: str, lang: str, limit: int | None = None) -> list[str]:
     return lines[:limit]
 
 
-def write_pair_parquet(path: Path, pairs: list, origin: str) -> Path:
-    """A pair Parquet file (src, tgt, origin, line) from (src, tgt) tuples, lines numbered from 1."""
+def write_pair_parquet(path: Path, pairs: list, origin: str, direction: str = "en-de") -> Path:
+    """A pair Parquet file (PAIR_SCHEMA) of one direction from (src, tgt) tuples, lines numbered from 1."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from pipeline.corpus import PAIR_SCHEMA
 
+    src_lang, tgt_lang = direction.split("-")
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.table(
-        {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs], "origin": [origin] * len(pairs),
+        {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs], "src_lang": [src_lang] * len(pairs),
+         "tgt_lang": [tgt_lang] * len(pairs), "origin": [origin] * len(pairs),
          "line": list(range(1, len(pairs) + 1))},
         schema=PAIR_SCHEMA,
     )
@@ -44,8 +46,9 @@ def write_pair_parquet(path: Path, pairs: list, origin: str) -> Path:
     return path
 
 
-def write_clean_splits(root: Path, sizes: dict[str, int]) -> Path:
-    """Write data/clean/<split>.parquet from Multi30k: train and valid from train/val, other splits from test."""
+def write_clean_splits(root: Path, sizes: dict[str, int], directions: tuple[str, ...] = ("en-de",)) -> Path:
+    """Write data/clean/<split>.parquet from Multi30k, the first n lines of each direction one after another:
+    train and valid from train/val, other splits from test_2016_flickr."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -56,12 +59,17 @@ def write_clean_splits(root: Path, sizes: dict[str, int]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for split, n in sizes.items():
         name = source.get(split, "test_2016_flickr")
-        src, tgt = multi30k_lines(name, "en", n), multi30k_lines(name, "de", n)
-        table = pa.table(
-            {"src": src, "tgt": tgt, "origin": [f"{name}.en"] * len(src), "line": list(range(1, len(src) + 1))},
-            schema=PAIR_SCHEMA,
-        )
-        pq.write_table(table, out / f"{split}.parquet")
+        columns: dict[str, list] = {column: [] for column in PAIR_SCHEMA.names}
+        for direction in directions:
+            src_lang, tgt_lang = direction.split("-")
+            src, tgt = multi30k_lines(name, src_lang, n), multi30k_lines(name, tgt_lang, n)
+            columns["src"] += src
+            columns["tgt"] += tgt
+            columns["src_lang"] += [src_lang] * len(src)
+            columns["tgt_lang"] += [tgt_lang] * len(src)
+            columns["origin"] += [f"{name}.{src_lang}"] * len(src)
+            columns["line"] += list(range(1, len(src) + 1))
+        pq.write_table(pa.table(columns, schema=PAIR_SCHEMA), out / f"{split}.parquet")
     return out
 
 

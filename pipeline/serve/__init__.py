@@ -1,7 +1,8 @@
 """`mtpipe serve`: the exported model (`models/export`) as an HTTP translation service on ONNX Runtime.
 
     settings.py   every knob and limit, checked once; errors name the command-line flag
-    languages.py  the languages an export translates between (what `/languages` lists and `target` is checked on)
+    languages.py  the directions an export translates (its languages.json: what `/languages` lists, what a request's
+                  source and target are checked on)
     engine.py     the `Translator` as the service uses it: source ids per line, a batch of ids to text
     schema.py     the JSON shapes of the API (LibreTranslate's `POST /translate {q, source, target}`)
     translate_request.py  a request body to validated lines; every bad input is an ApiError with a 4xx status

@@ -6,6 +6,10 @@ hypotheses into text. `Translator.translate` does both in one call; here they ar
 Translator's tokenizer (`MarianSentencePiece`) and `translate_ids`, and the text of a hypothesis follows
 `Translator.translate`'s rule (a hypothesis is one line of text).
 
+A line is tokenized for its request's direction: with several target languages its ids start with the target's
+tag, so the graphs need nothing else to know the target (the batcher still keeps a batch to one target, which
+keeps a batch's rows alike).
+
 One Translator serves every worker: its ONNX Runtime sessions run concurrent calls, each on one thread (the
 Translator is built with threads=1, so each call decodes its batch on the calling thread only).
 """
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.decoding import one_line
+from pipeline.languages import Direction
 from pipeline.serve.languages import ModelLanguages
 from pipeline.serve.settings import ServeSettings, SettingsError, flag
 
@@ -35,8 +40,8 @@ class TranslationEngine:
         """The export of settings.model_dir, fp32 or int8; ExportDirError when it is not a usable export."""
         from pipeline.translate import Translator
 
-        languages = ModelLanguages.of_export(settings.model_dir)
         translator = Translator(settings.model_dir, int8=settings.int8, threads=1)
+        languages = ModelLanguages(translator.directions)
         positions = translator.max_input_tokens
         if settings.max_line_tokens is not None and settings.max_line_tokens > positions:
             raise SettingsError(
@@ -50,14 +55,17 @@ class TranslationEngine:
     def model_dir(self) -> str:
         return str(self.translator.model_dir)
 
-    def source_ids(self, line: str) -> list[int]:
-        """The line's source ids, </s> included, untruncated (the caller checks them against max_line_tokens)."""
-        return self.translator.tokenizer.encode(line)
+    def source_ids(self, line: str, direction: Direction) -> list[int]:
+        """The line's source ids for `direction` (tag first where the model's targets are tagged), </s> included,
+        untruncated (the caller checks them against max_line_tokens)."""
+        return self.translator.source_ids(line, direction)
 
     def translate(self, sources: Sequence[Sequence[int]], target: str) -> list[str]:
-        """Text of each source's translation into `target`, in order. Runs on a worker thread."""
-        if target not in self.languages.targets:  # the request handler checked it; a batch must never mix
-            raise ValueError(f"target {target!r} is not one of {self.languages.targets}")
+        """Text of each source's translation into `target` (the sources were tokenized for it), in order. Runs on
+        a worker thread."""
+        targets = self.languages.directions.targets
+        if target not in targets:  # the request handler checked it
+            raise ValueError(f"target {target!r} is not one of {targets}")
         hypotheses = self.translator.translate_ids(sources, beam=self.beam)
         decode = self.translator.tokenizer.decode
         return [one_line(decode(hypothesis)) for hypothesis in hypotheses]

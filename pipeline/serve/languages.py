@@ -1,20 +1,18 @@
 """The languages an export translates between: what `GET /languages` lists and what `source`/`target` are checked on.
 
-A model has one source language and a list of targets. Today's exports are single-direction: the pair is the
-MarianTokenizer's `source_lang`/`target_lang` in the export's tokenizer_config.json (the tokenize stage writes
-them from data.src_lang/data.tgt_lang). A multi-target export lists more targets; everything here already takes
-a list, so only `ModelLanguages.of_export` has to learn where that list is recorded.
+They are the model's directions, from the export's `languages.json` (pipeline/languages.py: written by the tokenize
+stage, copied with the tokenizer into models/final and models/export; the Translator reads it and checks it against
+the manifest). `/languages` lists each source language with the targets it goes to (LibreTranslate's shape). A
+request names a direction by its `source` and `target`; `source` may be "auto" (LibreTranslate's "whatever the text
+is in") only where that leaves no choice: one source language goes into the target.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from pipeline.export_format import ExportDirError, read_export_json
+from pipeline.languages import Direction, Directions, UnknownDirection
 
-TOKENIZER_CONFIG = "tokenizer_config.json"
-# LibreTranslate's value for "whatever the text is in"; a model with one source language can only mean that one.
 AUTO_SOURCE = "auto"
 
 
@@ -24,33 +22,21 @@ class UnsupportedLanguage(ValueError):
 
 @dataclass(frozen=True)
 class ModelLanguages:
-    source: str
-    targets: tuple[str, ...]
+    directions: Directions
 
-    @classmethod
-    def of_export(cls, model_dir: Path) -> ModelLanguages:
-        path = Path(model_dir) / TOKENIZER_CONFIG
-        config = read_export_json(path)
-        source, target = config.get("source_lang"), config.get("target_lang")
-        if not isinstance(source, str) or not isinstance(target, str) or not source or not target:
-            raise ExportDirError(
-                f"{path} names no language pair (source_lang {source!r}, target_lang {target!r}): "
-                "export it again (`dvc repro tokenize train export`)"
-            )
-        return cls(source=source, targets=(target,))
-
-    def check(self, source: str, target: str) -> None:
-        """UnsupportedLanguage unless this model translates `source` (or "auto") into `target`."""
-        if source not in (self.source, AUTO_SOURCE):
-            raise UnsupportedLanguage(
-                f"source {source!r} is not this model's source language: use {self.source!r} (or {AUTO_SOURCE!r})"
-            )
-        if target not in self.targets:
-            raise UnsupportedLanguage(
-                f"target {target!r} is not one of this model's targets: {', '.join(map(repr, self.targets))}"
-            )
+    def direction(self, source: str, target: str) -> Direction:
+        """The direction `source` (or "auto") -> `target`; UnsupportedLanguage, listing the model's directions,
+        when the model does not translate it or "auto" could mean several sources."""
+        auto = source == AUTO_SOURCE
+        try:
+            return self.directions.find(None if auto else source, target)
+        except UnknownDirection as err:
+            ambiguous = auto and target in self.directions.targets  # the target is fine: "auto" is what failed
+            raise UnsupportedLanguage(f"source {AUTO_SOURCE!r}: {err}" if ambiguous else str(err)) from None
 
     def listing(self) -> list[dict[str, object]]:
         """LibreTranslate's `/languages` shape: one entry per source language with the targets it goes to.
         The export records codes only, so a language's name is its code."""
-        return [{"code": self.source, "name": self.source, "targets": list(self.targets)}]
+        return [{"code": source, "name": source,
+                 "targets": [d.tgt for d in self.directions.directions if d.src == source]}
+                for source in self.directions.sources]

@@ -56,7 +56,8 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     q: Annotated[str | list[str], PlainValidator(text_or_texts), WithJsonSchema(QUERY_SCHEMA)]
-    source: StrictStr = Field(description="source language code, or \"auto\" for the model's source language")
+    source: StrictStr = Field(description="source language code, or \"auto\" where one source language goes into "
+                              "the target (GET /languages lists them)")
     target: StrictStr = Field(description="target language code (GET /languages lists them)")
     format: Literal["text"] = "text"
 

@@ -4,8 +4,9 @@ The body is read here rather than by FastAPI so that each failure gets its own m
 --max-request-bytes (413, checked while it streams in, before it is all in memory), invalid UTF-8 (400, with the
 byte and its offset), invalid JSON (400, with line and column), a missing field, a wrong type or an empty list
 (422, naming the field), a string that is not valid Unicode (400: JSON's \\ud800 escapes decode to unpaired
-surrogates, which no tokenizer takes), an unknown language (400), too many lines or too long a line (413, naming
-the limit).
+surrogates, which no tokenizer takes), a source or target this model does not translate, or "auto" where several
+sources go into the target (400, listing the model's directions), too many lines or too long a line (413, naming
+the limit; a line's tokens count the target's tag where the model's targets are tagged).
 
 Line breaks inside a string are kept: each line is translated on its own and the translations are joined with
 "\\n", as the model was trained on sentences, not paragraphs. Blank lines stay blank without being decoded.
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from pipeline.languages import Direction
 from pipeline.serve.engine import TranslationEngine
 from pipeline.serve.errors import BadRequest, InvalidFields, OverLimit
 from pipeline.serve.languages import UnsupportedLanguage
@@ -97,7 +99,7 @@ _OWN_MESSAGES = {"empty_list", "list_item_type", "text_type"}
 def prepare(request: TranslateRequest, engine: TranslationEngine, settings: ServeSettings) -> PreparedRequest:
     """Languages checked, `q` split into lines, every line checked against the limits and tokenized."""
     try:
-        engine.languages.check(request.source, request.target)
+        direction = engine.languages.direction(request.source, request.target)
     except UnsupportedLanguage as err:
         raise BadRequest(str(err)) from None
     single = isinstance(request.q, str)
@@ -110,12 +112,13 @@ def prepare(request: TranslateRequest, engine: TranslationEngine, settings: Serv
     sources: list[list[int] | None] = []
     for item, item_lines in enumerate(split):
         for number, line in enumerate(item_lines, start=1):
-            sources.append(_line_ids(line, "q" if single else f"q[{item}]", number, engine))
-    return PreparedRequest(request.target, sources, [len(s) for s in split], single)
+            sources.append(_line_ids(line, "q" if single else f"q[{item}]", number, engine, direction))
+    return PreparedRequest(direction.tgt, sources, [len(s) for s in split], single)
 
 
-def _line_ids(line: str, item: str, number: int, engine: TranslationEngine) -> list[int] | None:
-    """Source ids of a line (None when blank); errors name it as "q line 2" or "q[3] line 1"."""
+def _line_ids(line: str, item: str, number: int, engine: TranslationEngine, direction: Direction
+              ) -> list[int] | None:
+    """Source ids of a line for `direction` (None when blank); errors name it as "q line 2" or "q[3] line 1"."""
     try:
         line.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -125,7 +128,7 @@ def _line_ids(line: str, item: str, number: int, engine: TranslationEngine) -> l
         ) from None
     if not line.strip():
         return None
-    ids = engine.source_ids(line)
+    ids = engine.source_ids(line, direction)
     if len(ids) > engine.max_line_tokens:
         raise OverLimit(f"{item} line {number} is {len(ids)} source tokens long", "max_line_tokens",
                         engine.max_line_tokens)

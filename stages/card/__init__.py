@@ -6,8 +6,11 @@ the files of `models/final` (hard links where the filesystem allows, else copies
 content once either way) and `README.md`. That directory is what goes to the Hugging Face Hub or a model registry:
 `huggingface-cli upload <repo> models/release`.
 
+The languages and directions come from params (data.directions); the scores from metrics/eval.json, one entry per
+test set and direction.
+
 - metadata.py: the card's YAML metadata (language, license, tags, datasets, metrics, model-index with each test
-  set's scores and signatures), from metrics/eval.json and params.
+  set's and direction's scores and signatures), from metrics/eval.json and params.
 - body.py: the card's text, from metrics/{eval,train,export,clean}.json, data/raw/manifest.json and params.
 """
 
@@ -21,7 +24,7 @@ from typing import Any
 from pipeline.artifacts import Paths, atomic_path, read_json
 from pipeline.errors import MissingArtifact
 from pipeline.params import Params
-from pipeline.run_figures import export_parity, scored_test_sets, training_run
+from pipeline.run_figures import export_parity, read_evaluation, training_run
 from stages.card.body import CardInputs, card_body
 from stages.card.metadata import card_metadata
 
@@ -50,9 +53,9 @@ def read_inputs(params: Params, paths: Paths) -> CardInputs:
     for path, stage in required.items():
         if not path.is_file():
             raise MissingArtifact(path, stage)
-    training, parity = training_run(paths), export_parity(paths)
-    assert training is not None and parity is not None  # both files exist
-    return CardInputs(params=params, scored=scored_test_sets(paths), training=training, parity=parity,
+    training, parity, evaluation = training_run(paths), export_parity(paths), read_evaluation(paths)
+    assert training is not None and parity is not None and evaluation is not None  # the files exist
+    return CardInputs(params=params, evaluation=evaluation, training=training, parity=parity,
                       manifest=read_json(paths.raw / "manifest.json"), clean=read_json(paths.metrics("clean")),
                       model_config=read_json(paths.final_model / "config.json"))
 
@@ -61,7 +64,7 @@ def card_text(card: CardInputs) -> str:
     """The whole README.md: YAML metadata between `---` lines, then the markdown."""
     import yaml
 
-    metadata = yaml.safe_dump(card_metadata(card.params, card.scored, card.manifest), sort_keys=False,
+    metadata = yaml.safe_dump(card_metadata(card.params, card.evaluation.scored, card.manifest), sort_keys=False,
                               allow_unicode=True, width=1000)
     return f"---\n{metadata}---\n\n{card_body(card)}"
 
@@ -74,4 +77,4 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         # change models/final too.
         (out / CARD_FILE).unlink(missing_ok=True)
         (out / CARD_FILE).write_text(card_text(card), encoding="utf-8")
-    return {"model_files": files, "test_sets": len(card.scored), "license": params.card.license}
+    return {"model_files": files, "results": len(card.evaluation.scored), "license": params.card.license}

@@ -1,10 +1,11 @@
 """The model card's text (markdown, after the YAML metadata): what a person deciding whether to use the model
 needs, all of it read from the run's own files, never typed by hand.
 
-Scores per test set with their signatures; the training data (source, rows per split from the download's
-manifest, rows the clean stage kept and why it rejected the others); the model and the params that shaped it;
-how training went (time, hardware, stopping point); the export's parity with PyTorch; and how to use it with
-transformers, `mtpipe translate` and CTranslate2.
+Scores per test set and direction (and their macro average) with their signatures; the training data (source,
+rows per split from the download's manifest, rows the clean stage kept and why it rejected the others, and the
+same per direction when there are several); the model and the params that shaped it; how training went (time,
+hardware, stopping point); the export's parity with PyTorch; and how to use it with transformers, `mtpipe
+translate` and CTranslate2 (with the target's `>>de<<` tag and `--tgt` when the model has several targets).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from pipeline.params import Params
-from pipeline.run_figures import ExportParity, ScoredTestSet, TrainingRun
-from stages.card.metadata import model_name
+from pipeline.languages import Directions
+from pipeline.params import MACRO, Params
+from pipeline.run_figures import Evaluation, ExportParity, TrainingRun
+from stages.card.metadata import direction_of, model_name
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class CardInputs:
     """Everything the card shows, read once by the stage."""
 
     params: Params
-    scored: list[ScoredTestSet]
+    evaluation: Evaluation
     training: TrainingRun
     parity: ExportParity
     manifest: dict[str, Any]  # data/raw/manifest.json
@@ -43,14 +45,19 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 
 def scores_section(card: CardInputs) -> list[str]:
-    rows = [(s.test_set, s.sentences, _number(s.bleu), _number(s.chrf), _number(s.ter), _number(s.length_ratio, 3))
-            for s in card.scored]
+    scored, macro = card.evaluation.scored, card.evaluation.macro
+    rows = [(s.test_set, direction_of(s, card.params), s.sentences, _number(s.bleu), _number(s.chrf), _number(s.ter),
+             _number(s.length_ratio, 3)) for s in scored]
+    if len(scored) > 1 and macro:
+        rows.append((MACRO, f"mean of {len(scored)}", "", _number(macro.get("bleu")), _number(macro.get("chrf")),
+                     _number(macro.get("ter")), ""))
     lines = ["## Scores", "", "sacreBLEU on detokenized, cased text against one reference; length ratio is hypothesis "
              "over reference length in BLEU's tokens.", "",
-             *_table(("test set", "sentences", "BLEU", "chrF", "TER", "length ratio"), rows, right=(1, 2, 3, 4, 5))]
-    if card.scored:
+             *_table(("test set", "direction", "sentences", "BLEU", "chrF", "TER", "length ratio"), rows,
+                     right=(2, 3, 4, 5, 6))]
+    if scored:
         lines += ["", "Signatures:", ""]
-        lines += [f"- {name}: `{signature}`" for name, signature in card.scored[0].signatures.items()]
+        lines += [f"- {name}: `{signature}`" for name, signature in scored[0].signatures.items()]
     e = card.params.evaluate
     lines += ["", f"Decoding: beam {e.beam}, length penalty {e.length_penalty}, at most {e.max_len_a} x source + "
               f"{e.max_len_b} tokens."]
@@ -60,6 +67,22 @@ def scores_section(card: CardInputs) -> list[str]:
 def _input_name(path: str) -> str:
     """An input file by its name, not by where it lay on the machine that ran the pipeline."""
     return PurePath(path).name
+
+
+def _direction_rows(card: CardInputs) -> list[tuple[Any, ...]]:
+    """(direction, split, pairs read, kept, rejected, train's rejection reasons) from the manifest's
+    rows_per_direction and metrics/clean.json's directions; [] for files written before directions."""
+    read, clean = card.manifest.get("rows_per_direction", {}), card.clean.get("directions", {})
+    rows = []
+    for direction in card.params.data.directions:
+        counted = clean.get(direction, {})
+        reasons = ", ".join(f"{reason} {n}" for reason, n in counted.get("reasons", {}).items())
+        for split, per_direction in read.items():
+            if direction in per_direction:
+                kept = counted.get(split, {})
+                rows.append((direction, split, per_direction[direction], kept.get("kept"), kept.get("rejected"),
+                             reasons if split == "train" else ""))
+    return rows
 
 
 def data_section(card: CardInputs) -> list[str]:
@@ -72,15 +95,30 @@ def data_section(card: CardInputs) -> list[str]:
         kept = clean.get(split, {})
         reasons = ", ".join(f"{reason} {n}" for reason, n in kept.get("reasons", {}).items())
         rows.append((split, read, kept.get("kept"), kept.get("rejected"), reasons))
-    lines = ["## Training data", "",
-             f"{card.params.data.src_lang} → {card.params.data.tgt_lang} pairs from {described.get(source, source)}.",
+    pairs = ", ".join(f"{d.src} → {d.tgt}" for d in card.params.data.pairs.directions)
+    lines = ["## Training data", "", f"{pairs} pairs from {described.get(source, source)}.",
              "", *_table(("split", "pairs read", "kept", "rejected", "rejected because"), rows, right=(1, 2, 3))]
+    by_direction = _direction_rows(card) if len(card.params.data.directions) > 1 else []
+    if by_direction:
+        lines += ["", "Per direction (the reasons are the training split's):",
+                  "", *_table(("direction", "split", "pairs read", "kept", "rejected", "rejected because"),
+                              by_direction, right=(2, 3, 4))]
     if manifest.get("subsample"):
         lines += ["", f"Training pairs subsampled: `{manifest['subsample']}`."]
     if manifest.get("inputs"):
         lines += ["", "Input files (sha256):", ""]
         lines += [f"- `{_input_name(path)}` `{sha[:16]}…`" for path, sha in manifest["inputs"].items()]
     return lines
+
+
+def _shared_vocabulary(params: Params) -> str:
+    count = len(params.data.pairs.languages)
+    return ", one model for both languages" if count == 2 else f", one model for all {count} languages"
+
+
+def _tags(pairs: Directions) -> str:
+    """What a multi-target model reads in front of each source."""
+    return f"; each source starts with its target's tag ({', '.join(pairs.tags)})" if pairs.target_tags else ""
 
 
 def model_section(card: CardInputs) -> list[str]:
@@ -94,8 +132,9 @@ def model_section(card: CardInputs) -> list[str]:
                          f"FFN {arch['ffn_dim']}, dropout {arch['dropout']}"),
         ("parameters", f"{run.parameters:,}" if run.parameters else "n/a"),
         ("vocabulary", f"{config.get('vocab_size')} pieces, SentencePiece {p.tokenize.model_type}"
-                       f"{', one model for both languages' if p.tokenize.joint else ', one model per language'}"
-                       f"{', embeddings tied to the output projection' if p.model.tie_embeddings else ''}"),
+                       f"{_shared_vocabulary(p) if p.tokenize.joint else ', one model per language'}"
+                       f"{', embeddings tied to the output projection' if p.model.tie_embeddings else ''}"
+                       f"{_tags(p.data.pairs)}"),
         ("optimisation", f"AdamW, lr {t.lr}, {t.warmup_steps} warmup steps (inverse sqrt), weight decay "
                          f"{t.weight_decay}, label smoothing {t.label_smoothing}, clip norm {t.clip_norm}"),
         ("batches", f"{t.max_tokens} tokens x update_freq {t.update_freq} x {run.processes} process(es), "
@@ -110,7 +149,8 @@ def model_section(card: CardInputs) -> list[str]:
         ("updates", f"{run.steps} ({run.epochs} epochs), stopped by {run.stop_reason}"),
         ("training time", f"{minutes} on {run.hardware}"),
         ("throughput", f"{run.tgt_tokens_per_s} target tokens/s (median)" if run.tgt_tokens_per_s else "n/a"),
-        ("best valid loss", f"{run.best_valid_loss} (valid BLEU {run.best_valid_bleu})"),
+        ("best valid loss", f"{run.best_valid_loss} (valid BLEU {run.best_valid_bleu})"
+                            f"{', means over the directions' if len(p.data.directions) > 1 else ''}"),
         ("weights", run.final_model),
     ]
     return ["## Model and training", "", f"`MarianMTModel` {init} by mtpipe's train stage (a plain PyTorch loop).",
@@ -131,10 +171,25 @@ def export_section(card: CardInputs) -> list[str]:
     return [*lines, *_table(("", ""), rows)]
 
 
+def _translate_command(card: CardInputs) -> str:
+    """`mtpipe translate` for the first direction: --tgt when the model has a choice of target, --src when that
+    target has a choice of source."""
+    pairs, beam = card.params.data.pairs, card.params.evaluate.beam
+    first = pairs.directions[0]
+    choose = f" --tgt {first.tgt}" if pairs.target_tags else ""
+    if sum(d.tgt == first.tgt for d in pairs.directions) > 1:
+        choose += f" --src {first.src}"
+    return f"mtpipe translate --model models/export{choose} --beam {beam} < input.{first.src} > output.{first.tgt}"
+
+
 def usage_section(card: CardInputs) -> list[str]:
-    beam = card.params.evaluate.beam
+    pairs, beam = card.params.data.pairs, card.params.evaluate.beam
+    first = pairs.directions[0]
+    sentence = "The weather is nice today." if first.src == "en" else "..."
     # json.dumps: a Python string literal in double quotes, whatever the sentence holds.
-    example = json.dumps("The weather is nice today." if card.params.data.src_lang == "en" else "...")
+    example = json.dumps(pairs.tagged(sentence, first.tgt))
+    tag_note = ([f"# The leading {pairs.tags[0]} asks for {first.tgt}; this model's targets: "
+                 f"{', '.join(pairs.targets)}."] if pairs.target_tags else [])
     return [
         "## Use", "",
         "With transformers (its `translation` pipeline is gone in version 5: `generate` it is):", "",
@@ -143,14 +198,15 @@ def usage_section(card: CardInputs) -> list[str]:
         "",
         'model = AutoModelForSeq2SeqLM.from_pretrained("models/release")',
         'tokenizer = AutoTokenizer.from_pretrained("models/release")',
+        *tag_note,
         f'batch = tokenizer([{example}], return_tensors="pt", padding=True)',
         f"out = model.generate(**batch, num_beams={beam}, max_new_tokens=256)",
         "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
         "```", "",
-        "With the ONNX export, on ONNX Runtime alone (no torch), one sentence a line:", "",
+        "With the ONNX export, on ONNX Runtime alone (no torch), one sentence a line"
+        f"{' (`--tgt` names the target language; the tag is added for you)' if pairs.target_tags else ''}:", "",
         "```bash",
-        f"mtpipe translate --model models/export --beam {beam} < input.{card.params.data.src_lang} "
-        f"> output.{card.params.data.tgt_lang}",
+        _translate_command(card),
         "```", "",
         "With CTranslate2 (`export.ctranslate2: true` writes `models/export/ctranslate2`; or convert this directory):",
         "",
@@ -168,11 +224,19 @@ def usage_section(card: CardInputs) -> list[str]:
     ]
 
 
+def _translates(pairs: Directions) -> str:
+    """`en into de and fr; de into en`: the directions grouped by source language."""
+    targets = {src: [d.tgt for d in pairs.directions if d.src == src] for src in pairs.sources}
+    return "; ".join(f"{src} into {' and '.join(tgts)}" for src, tgts in targets.items())
+
+
 def card_body(card: CardInputs) -> str:
-    src, tgt = card.params.data.src_lang, card.params.data.tgt_lang
-    headline = ", ".join(f"{s.test_set} BLEU {s.bleu:.2f} / chrF {s.chrf:.2f}" for s in card.scored)
+    scored, macro = card.evaluation.scored, card.evaluation.macro
+    headline = [f"{s.label} BLEU {s.bleu:.2f} / chrF {s.chrf:.2f}" for s in scored]
+    if len(scored) > 1 and macro:
+        headline.append(f"{MACRO} BLEU {macro['bleu']:.2f} / chrF {macro['chrf']:.2f}")
     lines = [f"# {model_name(card.params)}", "",
-             f"Translates {src} into {tgt}. {headline}.", "",
+             f"Translates {_translates(card.params.data.pairs)}. {', '.join(headline)}.", "",
              "Everything on this card was written by the pipeline's card stage from the run's own metrics and "
              "params (`dvc repro` rewrites it).", ""]
     for section in (scores_section, data_section, model_section, export_section, usage_section):

@@ -1,20 +1,29 @@
-"""evaluate: beam search on every test set, scored with sacreBLEU (BLEU, chrF and TER, with their signatures).
+"""evaluate: beam search on every test set of every direction, scored with sacreBLEU (BLEU, chrF and TER, with
+their signatures).
 
 The model is loaded from `models/final` with `from_pretrained`, the stage boundary being the standard format,
-not the training code. Sentences are batched by tokens (sorted by length, restored to input order), and each
-sentence's output length is capped at `max_len_a * source_length + max_len_b` (pipeline.decoding.output_limit, the
-fairseq convention; per sentence, so a translation does not depend on its batch, and the same limit
-`mtpipe translate` applies). Scores are cased and computed on detokenized text (BLEU with sacreBLEU's default 13a
-tokenizer, TER case-sensitive) against the cleaned references.
+not the training code; the directions it translates come from the `languages.json` beside it
+(pipeline.languages). A test split may hold rows of several directions (each row carries its languages): they are
+scored per direction, and each source goes to the tokenizer as the model reads it, with the target's `>>de<<` tag
+in front when the model has several targets. A direction in a test split that the model does not translate stops
+the stage, naming the split and the direction, before anything is decoded.
 
-Writes `metrics/eval.json` as {test_set: {bleu, chrf, ter, signature: {bleu, chrf, ter}, length_ratio, sentences,
-seconds}} (so `dvc metrics diff` shows e.g. `test.bleu` old/new/change between two experiments) and, under
-`reports/eval/`:
-  index.html                 the page to look at (report_html.py): scores, sentence BLEU against source length
-                             (length_plot.py), the best and worst sentences; one file that loads nothing
-  report.md                  the same scores and sentences in markdown (report_markdown.py), for diffs
-  <test_set>.hyp.txt         the hypotheses, one per line, in test-set order
-  <test_set>.sentences.tsv   line, src, ref, hyp, sentence_bleu per sentence (sentences.py; tab-separated, csv quoting)
+Sentences are batched by tokens (sorted by length, restored to input order), and each sentence's output length is
+capped at `max_len_a * source_length + max_len_b` (pipeline.decoding.output_limit, the fairseq convention; per
+sentence, so a translation does not depend on its batch, and the same limit `mtpipe translate` applies). Scores
+are cased and computed on detokenized text (BLEU with sacreBLEU's default 13a tokenizer, TER case-sensitive)
+against the cleaned references.
+
+Writes `metrics/eval.json` (results.py: {test_set: {direction: {bleu, chrf, ter, signature, length_ratio,
+sentences}}, "macro": {bleu, chrf, ter}}, so `dvc metrics diff` shows e.g. `test.en-de.bleu` and `macro.bleu`)
+and, under `reports/eval/`, the same for every run of the same model on the same data, byte for byte:
+  index.html                           the page to look at (report_html.py): scores, then per test set and
+                                       direction sentence BLEU against source length (length_plot.py) and the
+                                       best and worst sentences; one file that loads nothing
+  report.md                            the same scores and sentences in markdown (report_markdown.py), for diffs
+  <test_set>.<direction>.hyp.txt       the hypotheses, one per line, in test-set order
+  <test_set>.<direction>.sentences.tsv line, src, ref, hyp, sentence_bleu per sentence (sentences.py;
+                                       tab-separated, csv quoting; `line` is the hypothesis file's line)
 """
 
 from __future__ import annotations
@@ -25,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path, test_splits, write_json
-from pipeline.corpus import read_pairs
+from pipeline.corpus import read_pairs_by_direction
 from pipeline.decoding import one_line, output_limit, pad_batch, token_batches
-from pipeline.errors import MissingArtifact
-from pipeline.params import EvaluateParams, Params
+from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.languages import Direction, Directions
+from pipeline.params import MACRO, EvaluateParams, Params
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
+from stages.evaluate.results import DirectionResult, eval_json
 from stages.evaluate.sentences import ScoredSentence, best_and_worst, score_sentences, write_sentence_table
 
 log = logging.getLogger("mtpipe.evaluate")
@@ -109,31 +120,77 @@ def load_model(model_dir: Path) -> tuple[Any, Any]:
     return AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device), AutoTokenizer.from_pretrained(model_dir)
 
 
+class UntranslatedDirection(PipelineError):
+    """A test split holds a direction the model does not translate."""
+
+
+# direction -> (sources, references) of one test split
+PairsByDirection = dict[Direction, tuple[list[str], list[str]]]
+
+
+def model_directions(model_dir: Path) -> Directions:
+    """The directions `model_dir` translates, from its languages.json; a PipelineError naming the file if absent."""
+    try:
+        return Directions.read(model_dir)
+    except ValueError as err:
+        # The tokenize stage writes it beside the tokenizer, and train ships it in models/final.
+        raise PipelineError(f"{err}: rerun the pipeline from tokenize (`dvc repro train`)") from None
+
+
+def read_test_sets(paths: Paths, directions: Directions) -> dict[str, PairsByDirection]:
+    """Every test split's pairs grouped by direction, in the model's order of directions; UntranslatedDirection
+    for a direction the model does not translate, raised before anything is decoded."""
+    test_sets: dict[str, PairsByDirection] = {}
+    for split in test_splits(paths.clean):
+        path = paths.split_file(paths.clean, split)
+        grouped = read_pairs_by_direction(path)
+        unknown = [name for name in grouped if name not in directions.names]
+        if unknown:
+            rows = ", ".join(f"{name} ({len(grouped[name][0])} rows)" for name in unknown)
+            raise UntranslatedDirection(f"{path}: test split {split!r} holds {rows}, which {paths.final_model} does "
+                                        f"not translate; its directions: {', '.join(directions.names)}")
+        test_sets[split] = {d: grouped[str(d)][1:] for d in directions.directions if str(d) in grouped}
+    return test_sets
+
+
+def evaluate_direction(model: Any, tokenizer: Any, directions: Directions, test_set: str, direction: Direction,
+                       pairs: tuple[list[str], list[str]], cfg: EvaluateParams) -> DirectionResult:
+    """Translate one direction of one test set (sources tagged as the model reads them) and score it."""
+    sources, refs = pairs
+    start = time.perf_counter()
+    hyps = translate(model, tokenizer, [directions.tagged(s, direction.tgt) for s in sources], cfg)
+    seconds = time.perf_counter() - start
+    result = DirectionResult(test_set, str(direction), {**score(hyps, refs), "sentences": len(hyps)},
+                             score_sentences(sources, refs, hyps))
+    log.info("%s %s: BLEU %.2f chrF %.2f TER %.2f (%d sentences, %.1fs, beam %d)", test_set, direction,
+             result.scores["bleu"], result.scores["chrf"], result.scores["ter"], len(hyps), seconds, cfg.beam)
+    return result
+
+
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     if not (paths.final_model / "config.json").exists():
         raise MissingArtifact(paths.final_model, "train")
+    directions = model_directions(paths.final_model)
+    test_sets = read_test_sets(paths, directions)
     model, tokenizer = load_model(paths.final_model)
-    results: dict[str, Any] = {}
-    tables: dict[str, list[ScoredSentence]] = {}
+    results: list[DirectionResult] = []
     with atomic_path(paths.eval_dir) as out:
         out.mkdir()
-        for split in test_splits(paths.clean):
-            sources, refs = read_pairs(paths.split_file(paths.clean, split))
-            start = time.perf_counter()
-            hyps = translate(model, tokenizer, sources, params.evaluate)
-            seconds = time.perf_counter() - start
-            (out / f"{split}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-            tables[split] = score_sentences(sources, refs, hyps)
-            write_sentence_table(out / f"{split}.sentences.tsv", tables[split])
-            results[split] = {**score(hyps, refs), "sentences": len(hyps), "seconds": round(seconds, 1)}
-            log.info("%s: BLEU %.2f chrF %.2f TER %.2f (%d sentences, %.1fs, beam %d)", split,
-                     results[split]["bleu"], results[split]["chrf"], results[split]["ter"], len(hyps), seconds,
-                     params.evaluate.beam)
-        (out / "report.md").write_text(markdown_report(results, tables, params.evaluate), encoding="utf-8")
-        (out / "index.html").write_text(html_report(results, tables, params.evaluate), encoding="utf-8")
-    write_json(paths.metrics("eval"), results)
-    return {f"{s}_bleu": r["bleu"] for s, r in results.items()}
+        for split, by_direction in test_sets.items():
+            for direction, pairs in by_direction.items():
+                result = evaluate_direction(model, tokenizer, directions, split, direction, pairs, params.evaluate)
+                hyps = "".join(s.hyp + "\n" for s in result.sentences)
+                (out / f"{result.name}.hyp.txt").write_text(hyps, encoding="utf-8")
+                write_sentence_table(out / f"{result.name}.sentences.tsv", result.sentences)
+                results.append(result)
+        metrics = eval_json(results)
+        (out / "report.md").write_text(markdown_report(results, params.evaluate), encoding="utf-8")
+        (out / "index.html").write_text(html_report(results, params.evaluate), encoding="utf-8")
+    write_json(paths.metrics("eval"), metrics)
+    return {**{f"{r.name}.bleu": r.scores["bleu"] for r in results},
+            **{f"{MACRO}.{key}": value for key, value in metrics.get(MACRO, {}).items()}}
 
 
 # The per-sentence helpers are part of the stage's interface (tests, bench/decode.py call them as evaluate.*).
-__all__ = ["ScoredSentence", "best_and_worst", "run", "score", "score_sentences", "translate", "write_sentence_table"]
+__all__ = ["DirectionResult", "ScoredSentence", "UntranslatedDirection", "best_and_worst", "run", "score",
+           "score_sentences", "translate", "write_sentence_table"]

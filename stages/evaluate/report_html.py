@@ -1,17 +1,18 @@
 """reports/eval/index.html: the evaluation as a page to look at, one file that loads nothing (styles inline, plots
 as inline SVG), so it reads the same offline, from a DVC cache or attached to a ticket.
 
-At the top, every test set's BLEU, chrF, TER and length ratio; then, per test set, the signatures, sentence BLEU
-against source length, and the best and worst sentences with source, reference and hypothesis side by side.
+At the top, the BLEU, chrF, TER and length ratio of every test set and direction (with their macro average when
+there are several); then, per test set and direction, the signatures, sentence BLEU against source length, and the
+best and worst sentences with source, reference and hypothesis side by side.
 """
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
-from pipeline.params import EvaluateParams
+from pipeline.params import MACRO, EvaluateParams
 from stages.evaluate.length_plot import length_plot_svg
+from stages.evaluate.results import DirectionResult, macro_average
 from stages.evaluate.sentences import ScoredSentence, best_and_worst
 
 STYLE = """
@@ -52,15 +53,20 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _summary_table(results: dict[str, Any]) -> str:
-    # No decoding time here (metrics/eval.json has it): the report is a function of the model and the data only,
-    # so two runs of the same model write the same reports/eval, byte for byte.
-    head = ("<tr><th>test set</th><th class=num>sentences</th><th class=num>BLEU</th><th class=num>chrF</th>"
-            "<th class=num>TER</th><th class=num>length ratio</th></tr>")
-    rows = [f'<tr><td><a href="#{escape(split)}">{escape(split)}</a></td><td class=num>{r["sentences"]}</td>'
-            f'<td class=num>{_number(r["bleu"])}</td><td class=num>{_number(r["chrf"])}</td>'
-            f'<td class=num>{_number(r.get("ter"))}</td><td class=num>{_number(r.get("length_ratio"), 3)}</td></tr>'
-            for split, r in results.items()]
+def _summary_table(results: list[DirectionResult]) -> str:
+    # No decoding time here (the log has it): the report is a function of the model and the data only, so two
+    # runs of the same model write the same reports/eval, byte for byte.
+    head = ("<tr><th>test set</th><th>direction</th><th class=num>sentences</th><th class=num>BLEU</th>"
+            "<th class=num>chrF</th><th class=num>TER</th><th class=num>length ratio</th></tr>")
+    rows = [f'<tr><td><a href="#{escape(r.name)}">{escape(r.test_set)}</a></td><td>{escape(r.direction)}</td>'
+            f'<td class=num>{r.scores["sentences"]}</td><td class=num>{_number(r.scores["bleu"])}</td>'
+            f'<td class=num>{_number(r.scores["chrf"])}</td><td class=num>{_number(r.scores.get("ter"))}</td>'
+            f'<td class=num>{_number(r.scores.get("length_ratio"), 3)}</td></tr>' for r in results]
+    if len(results) > 1:
+        macro = macro_average(results)
+        rows.append(f"<tr><th>{MACRO}</th><th>mean of {len(results)}</th><td></td>"
+                    f'<th class=num>{_number(macro["bleu"])}</th><th class=num>{_number(macro["chrf"])}</th>'
+                    f'<th class=num>{_number(macro["ter"])}</th><td></td></tr>')
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -71,17 +77,19 @@ def _sentence_table(rows: list[ScoredSentence]) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def _test_set_section(split: str, scores: dict[str, Any], rows: list[ScoredSentence], cfg: EvaluateParams) -> str:
+def _direction_section(result: DirectionResult, cfg: EvaluateParams) -> str:
+    scores, rows, name = result.scores, result.sentences, escape(result.name)
+    title = f"{result.test_set}, {result.direction}"
     tiles = [("BLEU", _number(scores["bleu"])), ("chrF", _number(scores["chrf"])), ("TER", _number(scores.get("ter"))),
              ("length ratio", _number(scores.get("length_ratio"), 3)), ("sentences", str(scores["sentences"]))]
-    parts = [f'<section id="{escape(split)}"><h2>{escape(split)}</h2><div class="tiles">',
-             *(f'<div class="tile"><div class="value">{value}</div><div class="name">{name}</div></div>'
-               for name, value in tiles), "</div>",
-             *(f'<p class="sig">{escape(name)}: {escape(sig)}</p>'
-               for name, sig in scores.get("signature", {}).items())]
+    parts = [f'<section id="{name}"><h2>{escape(title)}</h2><div class="tiles">',
+             *(f'<div class="tile"><div class="value">{value}</div><div class="name">{label}</div></div>'
+               for label, value in tiles), "</div>",
+             *(f'<p class="sig">{escape(metric)}: {escape(sig)}</p>'
+               for metric, sig in scores.get("signature", {}).items())]
     if rows:
         parts += ["<h3>Sentence BLEU against source length</h3>",
-                  length_plot_svg(rows, f"{split}: sentence BLEU against source length"),
+                  length_plot_svg(rows, f"{title}: sentence BLEU against source length"),
                   '<p class="legend"><span class="swatch" style="background:#0969da;opacity:.5"></span> a sentence '
                   '(hover for its line) &nbsp; <span class="swatch" style="background:#cf222e"></span> mean of a '
                   "tenth of the sentences, by length</p>"]
@@ -89,17 +97,16 @@ def _test_set_section(split: str, scores: dict[str, Any], rows: list[ScoredSente
         best, worst = best_and_worst(rows, cfg.report_sentences)
         parts += [f"<h3>Best {len(best)} by sentence BLEU</h3>", _sentence_table(best),
                   f"<h3>Worst {len(worst)} by sentence BLEU</h3>", _sentence_table(worst)]
-    parts.append(f'<p class="note">Every sentence: <a href="{escape(split)}.sentences.tsv">{escape(split)}'
-                 f'.sentences.tsv</a>; the hypotheses: <a href="{escape(split)}.hyp.txt">{escape(split)}.hyp.txt</a>'
-                 "</p></section>")
+    parts.append(f'<p class="note">Every sentence: <a href="{name}.sentences.tsv">{name}.sentences.tsv</a>; the '
+                 f'hypotheses: <a href="{name}.hyp.txt">{name}.hyp.txt</a></p></section>')
     return "\n".join(parts)
 
 
-def html_report(results: dict[str, Any], tables: dict[str, list[ScoredSentence]], cfg: EvaluateParams) -> str:
+def html_report(results: list[DirectionResult], cfg: EvaluateParams) -> str:
     settings = (f"Beam {cfg.beam}, length penalty {cfg.length_penalty}, at most {cfg.max_len_a} x source + "
                 f"{cfg.max_len_b} tokens. sacreBLEU on detokenized, cased text; the length ratio is hypothesis over "
                 "reference length in BLEU's tokens (below 1, BLEU's brevity penalty applies).")
-    sections = [_test_set_section(split, results[split], tables.get(split, []), cfg) for split in results]
+    sections = [_direction_section(r, cfg) for r in results]
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', "<title>Evaluation</title>",

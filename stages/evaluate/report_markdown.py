@@ -1,11 +1,13 @@
-"""reports/eval/report.md: the scores and, per test set, the best and worst sentences, as markdown (what
-`git diff` and `dvc` diffs show between runs; reports/eval/index.html is the page to look at)."""
+"""reports/eval/report.md: the scores of every test set and direction (and their macro average), then, per test set
+and direction, the best and worst sentences, as markdown (what `git diff` and `dvc` diffs show between runs;
+reports/eval/index.html is the page to look at)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.params import EvaluateParams
+from pipeline.params import MACRO, EvaluateParams
+from stages.evaluate.results import DirectionResult, macro_average
 from stages.evaluate.sentences import ScoredSentence, best_and_worst
 
 
@@ -24,7 +26,21 @@ def _ratio(scores: dict[str, Any]) -> str:
     return f"{scores['length_ratio']:.3f}" if scores.get("length_ratio") is not None else "n/a"
 
 
-def markdown_report(results: dict[str, Any], tables: dict[str, list[ScoredSentence]], cfg: EvaluateParams) -> str:
+def _score_rows(results: list[DirectionResult]) -> list[str]:
+    lines = ["| test set | direction | sentences | BLEU | chrF | TER | length ratio |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        s = r.scores
+        lines.append(f"| {r.test_set} | {r.direction} | {s['sentences']} | {s['bleu']:.2f} | {s['chrf']:.2f} | "
+                     f"{s['ter']:.2f} | {_ratio(s)} |")
+    if len(results) > 1:
+        macro = macro_average(results)
+        lines.append(f"| {MACRO} | mean of {len(results)} | | {macro['bleu']:.2f} | {macro['chrf']:.2f} | "
+                     f"{macro['ter']:.2f} | |")
+    return lines
+
+
+def markdown_report(results: list[DirectionResult], cfg: EvaluateParams) -> str:
     lines = [
         "# Evaluation",
         "",
@@ -32,18 +48,16 @@ def markdown_report(results: dict[str, Any], tables: dict[str, list[ScoredSenten
         f"{cfg.max_len_b} tokens. Scores are cased, on detokenized text; the length ratio is hypothesis over "
         "reference length in BLEU's tokens.",
         "",
-        "| test set | sentences | BLEU | chrF | TER | length ratio |",
-        "|---|---:|---:|---:|---:|---:|",
+        *_score_rows(results),
     ]
-    lines += [f"| {split} | {r['sentences']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['ter']:.2f} | {_ratio(r)} |"
-              for split, r in results.items()]
     if results:
-        signature = next(iter(results.values()))["signature"]
-        lines += ["", *(f"- {name} signature: `{sig}`" for name, sig in signature.items())]
-    for split, rows in tables.items():
-        if not rows or cfg.report_sentences == 0:
+        # One scoring setup for every test set and direction: the signatures are printed once.
+        lines += ["", *(f"- {name} signature: `{sig}`" for name, sig in results[0].scores["signature"].items())]
+    for r in results:
+        if not r.sentences or cfg.report_sentences == 0:
             continue
-        best, worst = best_and_worst(rows, cfg.report_sentences)
-        lines += ["", f"## {split}", "", f"Best {len(best)} by sentence BLEU:", "", *_sentence_rows(best)]
+        best, worst = best_and_worst(r.sentences, cfg.report_sentences)
+        lines += ["", f"## {r.test_set}, {r.direction}", "", f"Best {len(best)} by sentence BLEU:", "",
+                  *_sentence_rows(best)]
         lines += ["", f"Worst {len(worst)} by sentence BLEU:", "", *_sentence_rows(worst)]
     return "\n".join(lines) + "\n"

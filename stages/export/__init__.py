@@ -14,8 +14,14 @@ encoder and an uncached decoder (torchscript.py; legacy: torch deprecates TorchS
 converts the model to a CTranslate2 directory (ctranslate2_model.py; `pip install mtpipe[ct2]`). `models/export`
 also gets the tokenizer files, config.json, generation_config.json and the manifest, so it is self-contained.
 
-The parity check (parity.py) runs on the first `export.parity_sentences` pairs of the first test split, against
-the model as PyTorch runs it, and the gate (gate.py) fails the stage (`ParityFailed`, nothing published) unless
+The model's directions are its `languages.json` (written by tokenize, copied with the tokenizer), recorded in the
+manifest with `target_tags`; a model of several targets reads each source with its target's tag in front, so the
+graphs are exported, converted and decoded exactly as for one direction.
+
+The parity check (parity.py) runs, for every direction, on its first `export.parity_sentences` pairs of the first
+test split that holds it (of the valid split where none does; stage_inputs.py), tagged as the model reads them,
+against the model as PyTorch runs it, and the gate (gate.py) fails the stage (`ParityFailed`, naming the
+direction; nothing published) unless, for every direction,
   - every fp32 graph's outputs are within `export.max_logit_diff` (max abs) of PyTorch: encoder states and cross
     caches, teacher-forced decoder logits fed the whole prefix at once, the same fed one token at a time through the
     cache, and end to end (ONNX encoder into ONNX decoder);
@@ -23,7 +29,8 @@ the model as PyTorch runs it, and the gate (gate.py) fails the stage (`ParityFai
     least `export.min_identical` of the sentences, never emits <pad>, and its corpus BLEU is within
     `export.max_bleu_delta` of PyTorch's.
 The int8 graphs and CTranslate2 are reported (identical share, BLEU and its delta), not gated: quantisation is
-expected to change some outputs. Figures go to `metrics/export.json`.
+expected to change some outputs. Figures go to `metrics/export.json`: overall (every direction's sentences
+pooled) at the top level, and per direction under `directions`.
 
 Modules: wrappers.py (the traced torch modules), trace_inputs.py, onnx_graphs.py, int8.py, torchscript.py,
 ctranslate2_model.py, quiet.py (the exporters' chatter), export_files.py, stage_inputs.py, graph_diffs.py and
@@ -51,9 +58,9 @@ from pipeline.params import ExportParams, Params
 from pipeline.run_figures import largest_graph_diff
 from stages.export.ctranslate2_model import require_ctranslate2
 from stages.export.export_files import copy_model_files, size_mb
-from stages.export.gate import parity_failures
+from stages.export.gate import direction_failures
 from stages.export.manifest import build_manifest, generation_of
-from stages.export.stage_inputs import load_model, parity_pairs, special_ids_of
+from stages.export.stage_inputs import load_model, model_directions, parity_pairs, special_ids_of
 
 log = logging.getLogger("mtpipe.export")
 
@@ -122,12 +129,13 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     if settings.ctranslate2:
         require_ctranslate2()  # before minutes of export, not after
     model, tokenizer = load_model(paths)
-    source_texts, reference_texts = parity_pairs(paths, settings.parity_sentences)
+    directions = model_directions(paths.final_model, tokenizer)
     model_config = model.config
     special_ids = special_ids_of(model_config)
-    max_positions = model_config.max_position_embeddings
-    sources = tokenizer(source_texts, truncation=True, max_length=max_positions)["input_ids"]
-    targets = tokenizer(text_target=reference_texts, truncation=True, max_length=max_positions)["input_ids"]
+    pairs = parity_pairs(paths, directions, settings.parity_sentences, tokenizer,
+                         model_config.max_position_embeddings)
+    sources = [ids for p in pairs.values() for ids in p.sources]
+    targets = [ids for p in pairs.values() for ids in p.targets]
     generation = generation_of(params.evaluate)
     metrics: dict[str, Any] = {}
 
@@ -139,10 +147,10 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         if files:
             from stages.export.parity import check_parity
 
-            log.info("checking parity on %d sentences (%s)", len(sources), ", ".join(files))
-            metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, sources, targets,
-                                   reference_texts)
-            failures = parity_failures(metrics, settings)
+            log.info("checking parity on %d sentences of %s (%s)", len(sources), ", ".join(directions.names),
+                     ", ".join(files))
+            metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, pairs)
+            failures = direction_failures(metrics, settings)
             if failures:
                 raise ParityFailed("parity gate failed: " + "; ".join(failures))
             _add_costs(metrics, files, timings, out, settings)
@@ -151,7 +159,8 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             "min_identical": settings.min_identical,
             "max_bleu_delta": settings.max_bleu_delta,
         }
-        build_manifest(model_config, special_ids, settings, generation, files, model_files, metrics).write(out)
+        build_manifest(model_config, special_ids, settings, generation, directions, files, model_files,
+                       metrics).write(out)
 
     write_json(paths.metrics("export"), metrics)
     summary = _summary(metrics)

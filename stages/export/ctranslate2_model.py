@@ -2,7 +2,9 @@
 model, and decoding with it the way the other runtimes' outputs are compared.
 
 CTranslate2 drops the last embedding row (<pad>) and starts decoding from a zero vector, which matches the trained
-model because training keeps the <pad> row at zero (see stages/train/loop.py).
+model because training keeps the <pad> row at zero (see stages/train/loop.py). A multi-target model's `>>fr<<` tags
+are source tokens of its vocabulary (Marian's convention), so the conversion is the same and a tagged source is
+translated as given (no target_prefix).
 """
 
 from __future__ import annotations

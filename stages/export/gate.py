@@ -1,4 +1,5 @@
-"""The parity gate: which of the parity check's figures break their `export.*` thresholds.
+"""The parity gate: which of the parity check's figures break their `export.*` thresholds, direction by direction
+(every direction the model translates must pass on its own sentences; a failure names its direction).
 
 Gated: every fp32 ONNX and TorchScript max abs diff (`export.max_logit_diff`), the share of ONNX greedy outputs
 identical to PyTorch's (`export.min_identical`), the BLEU delta (`export.max_bleu_delta`), and <pad> never emitted.
@@ -34,3 +35,10 @@ def parity_failures(report: dict[str, Any], thresholds: ExportParams) -> list[st
     if report.get("emitted_pad"):
         failures.append("onnx greedy decoding emitted <pad>")
     return failures
+
+
+def direction_failures(report: dict[str, Any], thresholds: ExportParams) -> list[str]:
+    """Each direction's broken thresholds as 'direction: figure vs threshold' (parity.check_parity's report, whose
+    "directions" holds one report per direction); empty when every direction passes."""
+    return [f"{name}: {failure}" for name, direction in report["directions"].items()
+            for failure in parity_failures(direction, thresholds)]

@@ -6,10 +6,12 @@ from typing import Any
 
 from pipeline.decoding import SpecialIds
 from pipeline.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam
+from pipeline.languages import Directions
 from pipeline.params import EvaluateParams, ExportParams
 
 # The parity figures the manifest keeps (metrics/export.json has them all).
-PARITY_KEYS = ("n_sentences", "identical_share", "bleu", "onnx", "torchscript", "onnx_int8", "ctranslate2")
+PARITY_KEYS = ("n_sentences", "identical_share", "bleu", "onnx", "torchscript", "onnx_int8", "ctranslate2",
+               "directions")
 
 
 def generation_of(evaluate: EvaluateParams) -> Generation:
@@ -19,9 +21,10 @@ def generation_of(evaluate: EvaluateParams) -> Generation:
 
 
 def build_manifest(model_config: Any, special_ids: SpecialIds, settings: ExportParams, generation: Generation,
-                   files: dict[str, Any], model_files: list[str], metrics: dict[str, Any]) -> ExportManifest:
-    """The manifest of an export of a model with this (transformers) config: `files` by format, the copied
-    `model_files`, and the parity figures from `metrics`."""
+                   directions: Directions, files: dict[str, Any], model_files: list[str], metrics: dict[str, Any]
+                   ) -> ExportManifest:
+    """The manifest of an export of a model with this (transformers) config and these directions: `files` by
+    format, the copied `model_files`, and the parity figures from `metrics`."""
     return ExportManifest(
         files=files,
         model_files=tuple(model_files),
@@ -39,5 +42,7 @@ def build_manifest(model_config: Any, special_ids: SpecialIds, settings: ExportP
             max_positions=model_config.max_position_embeddings,
         ),
         generation=generation,
+        directions=tuple(directions.names),
+        target_tags=directions.target_tags,
         parity={key: metrics[key] for key in PARITY_KEYS if key in metrics},
     )

@@ -1,13 +1,18 @@
-"""The parity check: every exported format against the model as PyTorch runs it, on the parity sentences.
+"""The parity check: every exported format against the model as PyTorch runs it, on the parity sentences of every
+direction the model translates.
 
-Sentences are run in padded batches of PARITY_BATCH. Per batch, graph_diffs.py measures the fp32 ONNX and the
-TorchScript graphs' outputs against PyTorch's, and greedy_agreement.py decodes greedily with PyTorch and every
-other runtime (fp32 and int8 ONNX, CTranslate2). The report holds the largest difference over all batches per
-figure and the greedy agreement; gate.py decides what fails the stage.
+Each direction's sentences are run in padded batches of PARITY_BATCH (a batch holds one direction, so every
+figure can be told per direction). Per batch, graph_diffs.py measures the fp32 ONNX and the TorchScript graphs'
+outputs against PyTorch's, and greedy_agreement.py decodes greedily with PyTorch and every other runtime (fp32 and
+int8 ONNX, CTranslate2). A direction's report holds the largest difference over its batches per figure and its
+greedy agreement; the overall report (the top level of metrics/export.json) pools every direction's sentences:
+the largest difference of any, the agreement over all of them. gate.py decides, per direction, what fails the
+stage.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,7 @@ from pipeline.params import ExportParams
 from pipeline.translate import OnnxSeq2Seq
 from stages.export.graph_diffs import ONNX_DIFFS, TORCHSCRIPT_DIFFS, ParityBatch, onnx_diffs, torchscript_diffs, worst
 from stages.export.greedy_agreement import greedy_outputs, greedy_report
+from stages.export.stage_inputs import ParityPairs
 from stages.export.torchscript import load_torchscript
 from stages.export.wrappers import export_wrappers
 
@@ -76,6 +82,56 @@ def _keep_worst(figures: dict[str, float], batch_figures: dict[str, float]) -> N
         figures[name] = worst(figures[name], value)
 
 
+@dataclass
+class _Measured:
+    """What the runtimes did on some parity sentences: the worst graph differences per format and the greedy ids
+    per runtime, in sentence order."""
+
+    diffs: dict[str, dict[str, float]]
+    hyps: dict[str, list[list[int]]]
+
+    def add(self, other: _Measured) -> None:
+        for fmt, figures in other.diffs.items():
+            _keep_worst(self.diffs.setdefault(fmt, dict(figures)), figures)
+        for name, ids in other.hyps.items():
+            self.hyps.setdefault(name, []).extend(ids)
+
+
+def _measure(model: Any, tokenizer: Any, reference_encoder: Any, runtimes: ParityRuntimes, generation: Generation,
+             special_ids: SpecialIds, pairs: ParityPairs) -> _Measured:
+    """Every runtime on one direction's parity pairs, PARITY_BATCH at a time."""
+    diffs: dict[str, dict[str, float]] = {}
+    if "onnx" in runtimes.onnx:
+        diffs["onnx"] = dict.fromkeys(ONNX_DIFFS, 0.0)
+    if runtimes.torchscript is not None:
+        diffs["torchscript"] = dict.fromkeys(TORCHSCRIPT_DIFFS, 0.0)
+    hyps: dict[str, list[list[int]]] = {}
+    max_positions = model.config.max_position_embeddings
+    for start in range(0, len(pairs.sources), PARITY_BATCH):
+        batch = reference_batch(model, reference_encoder, pairs.sources[start : start + PARITY_BATCH],
+                                pairs.targets[start : start + PARITY_BATCH], special_ids)
+        if "onnx" in diffs:
+            _keep_worst(diffs["onnx"], onnx_diffs(runtimes.onnx["onnx"], batch))
+        if "torchscript" in diffs:
+            _keep_worst(diffs["torchscript"], torchscript_diffs(runtimes.torchscript, batch))
+        if runtimes.decode_greedily():
+            # One length limit for the whole batch, as generate applies it, so every runtime decodes the same way.
+            limit = output_limit(batch.input_ids.shape[1], generation.max_len_a, generation.max_len_b, max_positions)
+            for name, ids in greedy_outputs(model, runtimes.onnx, runtimes.ctranslate2, tokenizer, batch, limit,
+                                            special_ids).items():
+                hyps.setdefault(name, []).extend(ids)
+    return _Measured(diffs, hyps)
+
+
+def _report(measured: _Measured, tokenizer: Any, references: list[str], pad_id: int) -> dict[str, Any]:
+    report: dict[str, Any] = {"n_sentences": len(references)}
+    for fmt, figures in measured.diffs.items():
+        report[fmt] = {f"{name}_max_abs_diff": value for name, value in figures.items()}
+    if measured.hyps:
+        report.update(greedy_report(measured.hyps, tokenizer, references, pad_id))
+    return report
+
+
 def check_parity(
     model: Any,
     tokenizer: Any,
@@ -83,39 +139,20 @@ def check_parity(
     settings: ExportParams,
     generation: Generation,
     special_ids: SpecialIds,
-    sources: list[list[int]],
-    targets: list[list[int]],
-    references: list[str],
+    pairs: Mapping[str, ParityPairs],
 ) -> dict[str, Any]:
-    """Compare every exported format in `out` with the PyTorch model on the parity pairs; returns the figures.
-    Greedy decoding follows the length rule of `generation` (the manifest's)."""
-    model_config = model.config
+    """Compare every exported format in `out` with the PyTorch model on each direction's parity pairs; returns the
+    overall figures with each direction's under "directions". Greedy decoding follows the length rule of
+    `generation` (the manifest's)."""
     runtimes = load_runtimes(out, settings)
     reference_encoder, _ = export_wrappers(model)
-    diffs: dict[str, dict[str, float]] = {}
-    if "onnx" in runtimes.onnx:
-        diffs["onnx"] = dict.fromkeys(ONNX_DIFFS, 0.0)
-    if runtimes.torchscript is not None:
-        diffs["torchscript"] = dict.fromkeys(TORCHSCRIPT_DIFFS, 0.0)
-    hyps: dict[str, list[list[int]]] = {}
-    for start in range(0, len(sources), PARITY_BATCH):
-        batch = reference_batch(model, reference_encoder, sources[start : start + PARITY_BATCH],
-                                targets[start : start + PARITY_BATCH], special_ids)
-        if "onnx" in diffs:
-            _keep_worst(diffs["onnx"], onnx_diffs(runtimes.onnx["onnx"], batch))
-        if "torchscript" in diffs:
-            _keep_worst(diffs["torchscript"], torchscript_diffs(runtimes.torchscript, batch))
-        if runtimes.decode_greedily():
-            # One length limit for the whole batch, as generate applies it, so every runtime decodes the same way.
-            limit = output_limit(batch.input_ids.shape[1], generation.max_len_a, generation.max_len_b,
-                                 model_config.max_position_embeddings)
-            for name, ids in greedy_outputs(model, runtimes.onnx, runtimes.ctranslate2, tokenizer, batch, limit,
-                                            special_ids).items():
-                hyps.setdefault(name, []).extend(ids)
-
-    report: dict[str, Any] = {"n_sentences": len(sources)}
-    for fmt, figures in diffs.items():
-        report[fmt] = {f"{name}_max_abs_diff": value for name, value in figures.items()}
-    if hyps:
-        report.update(greedy_report(hyps, tokenizer, references, special_ids.pad))
-    return report
+    overall = _Measured({}, {})
+    references: list[str] = []
+    per_direction: dict[str, Any] = {}
+    for name, direction_pairs in pairs.items():
+        measured = _measure(model, tokenizer, reference_encoder, runtimes, generation, special_ids, direction_pairs)
+        per_direction[name] = {"split": direction_pairs.split,
+                               **_report(measured, tokenizer, direction_pairs.references, special_ids.pad)}
+        overall.add(measured)
+        references += direction_pairs.references
+    return {**_report(overall, tokenizer, references, special_ids.pad), "directions": per_direction}

@@ -13,6 +13,11 @@ Under a torchrun started by hand (several machines, see the README), `python -m 
 trains in each worker process; `models/checkpoints` must then be on a filesystem every node sees: rank 0
 decides whether to resume, and a rank that sees a different checkpoint stops the run (resume.py).
 
+Several directions (data/tokenized/meta.json "directions", each pair's in `<split>.dir.npy`) train one model:
+each epoch draws every direction's pairs by temperature sampling (`train.temperature`, sampling.py), and
+validation reports loss and BLEU per direction and their mean, which best.pt, early stopping and the final model
+go by (directions.py). models/final gets every file of data/tokenized/hf_tokenizer, languages.json included.
+
 What repeats exactly: on CPUs, every run (same seed, data and threads) bit for bit, and a resumed run as the
 uninterrupted one; on CUDA, up to GPU kernel non-determinism unless `train.deterministic: true` (loop.py).
 """

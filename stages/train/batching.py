@@ -1,7 +1,9 @@
 """Token-based batches over the encoded arrays (fairseq-like): no padding waste, no tokenization in the loop.
 
 Pairs are sorted by length (ties broken by a seeded shuffle), cut greedily into batches whose padded size
-`rows x longest side` stays within `max_tokens`, and the batch order is shuffled every epoch.
+`rows x longest side` stays within `max_tokens`, and the batch order is shuffled every epoch. Which pairs an
+epoch's batches hold is sampling.py's business (with one direction: every pair, the same batches every epoch;
+with several: a temperature-sampled draw per epoch); this module takes an epoch's batches as given.
 
 One update consumes `world x update_freq` consecutive batches of the epoch's shuffled list, whatever the split
 between processes and accumulation steps: update u, micro-batch m of rank r is batch `u*world*update_freq +
@@ -13,7 +15,7 @@ rank that ran out early would hang the others in all-reduce). numpy only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +25,8 @@ from pipeline.token_arrays import TokenArray
 IGNORE_INDEX = -100  # label value ignored by the loss
 
 
-def length_batches(src_len: np.ndarray, tgt_len: np.ndarray, max_tokens: int, seed: int) -> list[np.ndarray]:
+def length_batches(src_len: np.ndarray, tgt_len: np.ndarray, max_tokens: int,
+                   seed: int | Sequence[int]) -> list[np.ndarray]:
     """Indices grouped into batches of at most `max_tokens` padded tokens (max over source and target side)."""
     rng = np.random.default_rng(seed)
     longest = np.maximum(src_len, tgt_len)
@@ -37,6 +40,14 @@ def length_batches(src_len: np.ndarray, tgt_len: np.ndarray, max_tokens: int, se
     if start < len(order):
         batches.append(order[start:])
     return batches
+
+
+def batch_target_tokens(tgt_len: np.ndarray, batches: list[np.ndarray]) -> np.ndarray:
+    """Each batch's target tokens, from the per-pair target lengths (one vectorised sum, no loop over batches)."""
+    if not batches:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+    return np.add.reduceat(tgt_len[np.concatenate(batches)], starts).astype(np.int64)
 
 
 def epoch_order(n_batches: int, epoch: int, seed: int, per_update: int) -> np.ndarray:
@@ -75,14 +86,19 @@ class PlannedUpdate:
         return self.index + 1 == self.epoch_updates
 
 
-def planned_updates(batches: list[np.ndarray], batch_tgt_tokens: np.ndarray, seed: int, rank: int, world: int,
-                    update_freq: int, epoch: int = 1, update_in_epoch: int = 0) -> Iterator[PlannedUpdate]:
+# An epoch's batches (before their shuffle) and each batch's target tokens: sampling.EpochBatches.
+EpochSource = Callable[[int], tuple[list[np.ndarray], np.ndarray]]
+
+
+def planned_updates(epochs: EpochSource, seed: int, rank: int, world: int, update_freq: int, epoch: int = 1,
+                    update_in_epoch: int = 0) -> Iterator[PlannedUpdate]:
     """Every update from (epoch, update_in_epoch) on, epoch after epoch, without end (the loop decides when to stop).
 
-    A pure function of its arguments: a resumed run, given the checkpoint's position, plans the updates the
-    uninterrupted run would have taken."""
+    A pure function of its arguments (`epochs` being one of the epoch number): a resumed run, given the
+    checkpoint's position, plans the updates the uninterrupted run would have taken."""
     per_update = world * update_freq
     while True:
+        batches, batch_tgt_tokens = epochs(epoch)
         mine = epoch_batches(batches, epoch, seed, rank, world, update_freq)
         tokens = update_target_tokens(batch_tgt_tokens, epoch, seed, per_update)
         for u in range(update_in_epoch, len(tokens)):
@@ -123,11 +139,7 @@ class Collator:
 
     def target_tokens(self, batches: list[np.ndarray]) -> np.ndarray:
         """Real target tokens (labels) of each batch, as the collated batch will count them."""
-        if not batches:
-            return np.zeros(0, dtype=np.int64)
-        tgt = self.lengths()[1]
-        starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
-        return np.add.reduceat(tgt[np.concatenate(batches)], starts).astype(np.int64)
+        return batch_target_tokens(self.lengths()[1], batches)
 
     def truncated(self) -> int:
         return int(((self.src.lengths > self.max_len) | (self.tgt.lengths > self.max_len)).sum())

@@ -12,7 +12,8 @@ Every file is written to a temporary name in the same directory, flushed to disk
 one: a run killed at any moment leaves either the previous checkpoint or the new one, never half of one.
 
 A checkpoint records a fingerprint of everything that shapes the training trajectory (model settings, the
-optimisation params, the process count, the encoded data). A resumed run must match it; otherwise training
+optimisation params, the process count, the encoded data and, with several directions, train.temperature, which
+decides each epoch's pairs). A resumed run must match it; otherwise training
 starts from scratch and says why, instead of silently continuing a different configuration. Limits (max_steps,
 max_epochs, max_minutes), logging, validation and checkpoint frequencies, threads and `deterministic` are not
 part of it: raising max_steps continues a finished run. Each save also writes a random `save_id`, by which the
@@ -45,13 +46,17 @@ TRAJECTORY_PARAMS = (
     "lr", "warmup_steps", "weight_decay", "label_smoothing", "clip_norm", "max_tokens", "update_freq", "max_len",
     "precision", "seed",
 )
+# With several directions, the temperature also decides which pairs each epoch trains on (sampling.py).
+SAMPLING_PARAMS = ("temperature",)
 # The encoded data the trainer reads; hashed whole (about a second per GB).
 DATA_FILES = ("meta.json", "train.src.bin", "train.src.idx.npy", "train.tgt.bin", "train.tgt.idx.npy",
-              "valid.src.bin", "valid.src.idx.npy", "valid.tgt.bin", "valid.tgt.idx.npy")
+              "train.dir.npy", "valid.src.bin", "valid.src.idx.npy", "valid.tgt.bin", "valid.tgt.idx.npy",
+              "valid.dir.npy")
 
 
-def fingerprint(spec: dict[str, Any], world: int, tokenized: Path) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed: readable fields (for the log line) and their digest."""
+def fingerprint(spec: dict[str, Any], world: int, tokenized: Path, directions: int = 1) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: readable fields (for the log line) and their digest.
+    `directions`: how many the data has (one direction is not sampled, so its temperature changes nothing)."""
     data = hashlib.sha256()
     for name in DATA_FILES:
         path = tokenized / name
@@ -61,7 +66,7 @@ def fingerprint(spec: dict[str, Any], world: int, tokenized: Path) -> dict[str, 
                     data.update(chunk)
     fields = {
         "model": spec["model"],
-        "train": {k: spec["train"][k] for k in TRAJECTORY_PARAMS},
+        "train": {k: spec["train"][k] for k in TRAJECTORY_PARAMS + (SAMPLING_PARAMS if directions > 1 else ())},
         "processes": world,
         "data": data.hexdigest()[:16],
     }

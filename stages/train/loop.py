@@ -7,6 +7,10 @@ module and its workers import only torch, transformers, numpy and, when installe
 sacrebleu and nvidia-ml-py: the engine runs on a GPU machine that has nothing else of this project's
 dependencies (bench/gpu_check.sh runs it there).
 
+The data (data.py): the encoded arrays and each pair's direction. With several directions each epoch trains on
+a temperature-sampled draw of every direction's pairs (sampling.py), so batches mix directions; validation
+measures loss and BLEU per direction and goes by their mean (directions.py). One direction trains as always.
+
 An update consumes `world x update_freq` token-bucketed batches (batching.py says which rank gets which). Its
 gradient is that of the summed token losses of all those batches divided by their real target tokens, so it is
 the same whether the batches are spread over processes or accumulated in one: 2 processes x 1 micro-batch and
@@ -23,9 +27,9 @@ matmuls in TF32 on the tensor cores (kernels.py).
 
 Exact resume: models/checkpoints/last.pt (see checkpoint.py) holds the model, optimizer, schedule, GradScaler,
 every rank's RNG states and the data position (epoch + update index in that epoch's batch list, which is a pure
-function of the seed and the epoch). Rank 0 decides whether it resumes and every rank follows (resume.py). A
-run started while a matching last.pt exists continues from it and takes the updates the uninterrupted run would
-have taken.
+function of the seed and the epoch, the temperature-sampled pairs of an epoch included). Rank 0 decides whether
+it resumes and every rank follows (resume.py). A run started while a matching last.pt exists continues from it
+and takes the updates the uninterrupted run would have taken.
 
 Determinism: on CPUs a run is exact: the same seed, data and thread count give bit-identical weights, and a
 resumed run the same weights as an uninterrupted one (the tests check both). On CUDA the same holds only up to
@@ -61,10 +65,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from pipeline.artifacts import write_json
 from pipeline.errors import PipelineError
-from pipeline.token_arrays import TokenArray
 from stages.train import checkpoint
-from stages.train.batching import IGNORE_INDEX, Collator, PlannedUpdate, length_batches, planned_updates
+from stages.train.batching import IGNORE_INDEX, PlannedUpdate, planned_updates
 from stages.train.bleu import ValidBleu
+from stages.train.data import RunData, load_data
+from stages.train.directions import best_figures, mean, per_direction_text, validation_row
 from stages.train.distributed import Distributed
 from stages.train.dropout import training_dropout
 from stages.train.kernels import kernel_settings
@@ -144,11 +149,7 @@ class Run:
     checkpoints: Path
     dist: Distributed
     threads: int
-    train_data: Collator
-    valid_data: Collator
-    batches: list[np.ndarray]
-    batch_tgt_tokens: np.ndarray
-    valid_batches: list[np.ndarray]
+    data: RunData
     model: torch.nn.Module  # the bare model: validation, decoding, checkpoints and the final save use it
     ddp_model: torch.nn.Module  # the model the training forward runs through (DDP-wrapped with several ranks)
     amp_dtype: torch.dtype | None
@@ -165,9 +166,8 @@ class Run:
     def device(self) -> torch.device:
         return self.dist.device
 
-    @property
-    def updates_per_epoch(self) -> int:
-        return len(self.batches) // (self.dist.world * self.train_params.update_freq)
+    def updates_in_epoch(self, epoch: int) -> int:
+        return self.data.epochs.updates(epoch, self.dist.world * self.train_params.update_freq)
 
     def autocast(self) -> Any:
         """AMP, chosen once: bf16 needs no loss scaling; fp16 does (GradScaler); fp32 runs without autocast."""
@@ -186,15 +186,12 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     # Dropout: each rank draws its own masks, as it has its own data (build_model does not touch this stream).
     torch.manual_seed(train_params.seed + dist.rank)
 
-    # ---- data: pre-encoded arrays, token-bucketed batches fixed once for the whole run ----
-    meta = json.loads((tokenized / "meta.json").read_text())
-    arrays = {name: TokenArray.open(tokenized / name) for name in ("train.src", "train.tgt", "valid.src", "valid.tgt")}
-    train_data = Collator(arrays["train.src"], arrays["train.tgt"], meta["pad_id"], train_params.max_len)
-    valid_data = Collator(arrays["valid.src"], arrays["valid.tgt"], meta["pad_id"], train_params.max_len)
-    batches = length_batches(*train_data.lengths(), train_params.max_tokens, train_params.seed)
-    per_update = dist.world * train_params.update_freq
-    if len(batches) < per_update:
-        raise PipelineError(f"{len(batches)} batches cannot feed one update of {dist.world} process(es) x "
+    # ---- data: pre-encoded arrays and each pair's direction; the batches of each epoch (data.py) ----
+    data = load_data(tokenized, train_params)
+    meta = data.meta
+    n_batches, per_update = len(data.epochs(1)[0]), dist.world * train_params.update_freq
+    if n_batches < per_update:
+        raise PipelineError(f"{n_batches} batches cannot feed one update of {dist.world} process(es) x "
                             f"update_freq {train_params.update_freq}; lower train.max_tokens or train.update_freq")
 
     # ---- model, DDP, AMP, optimizer, schedule ----
@@ -218,16 +215,13 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     bleu_sentences = train_params.valid_bleu_sentences if dist.is_main else 0
     return Run(
         train_params=train_params, spec=spec, root=root, tokenized=tokenized,
-        checkpoints=root / "models" / "checkpoints", dist=dist, threads=threads,
-        train_data=train_data, valid_data=valid_data, batches=batches,
-        batch_tgt_tokens=train_data.target_tokens(batches),
-        valid_batches=length_batches(*valid_data.lengths(), train_params.max_tokens, train_params.seed),
+        checkpoints=root / "models" / "checkpoints", dist=dist, threads=threads, data=data,
         model=model, ddp_model=ddp_model, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
         schedule=schedule, pad_rows=pad_embedding_rows(model, meta["pad_id"]) if from_scratch else [],
-        fingerprint=checkpoint.fingerprint(spec, dist.world, tokenized),
+        fingerprint=checkpoint.fingerprint(spec, dist.world, tokenized, len(data.directions)),
         logger=Logger(root / "dvclive", dist.is_main),
         system=SystemFigures(dist.device),
-        bleu=ValidBleu(valid_data, tokenized / "hf_tokenizer", bleu_sentences, train_params.seed,
+        bleu=ValidBleu(data.valid, data.valid_rows, tokenized / "hf_tokenizer", bleu_sentences, train_params.seed,
                        train_params.max_tokens, spec["evaluate"]["max_len_a"], spec["evaluate"]["max_len_b"]),
     )
 
@@ -334,15 +328,15 @@ def eventful(state: TrainState, run: Run, pending: PendingUpdate) -> bool:
 
 def fit(state: TrainState, run: Run) -> str:
     """Take updates until a limit is reached; returns which (see the module docstring for the lagged booking)."""
-    if state.update_in_epoch >= run.updates_per_epoch:  # a checkpoint written at the end of an epoch
+    if state.update_in_epoch >= run.updates_in_epoch(state.epoch):  # a checkpoint written at the end of an epoch
         state.epoch, state.update_in_epoch = state.epoch + 1, 0
     stop = limit_reached(state, run)
     max_minutes = run.train_params.max_minutes
     if max_minutes is not None and state.train_seconds >= max_minutes * 60:
         stop = stop or "max_minutes"  # a resumed run may have nothing left to do (the same on every rank)
-    plan = planned_updates(run.batches, run.batch_tgt_tokens, run.train_params.seed, run.dist.rank, run.dist.world,
+    plan = planned_updates(run.data.epochs, run.train_params.seed, run.dist.rank, run.dist.world,
                            run.train_params.update_freq, state.epoch, state.update_in_epoch)
-    feed = Prefetcher(plan, run.train_data, run.device, PREFETCH_UPDATES)
+    feed = Prefetcher(plan, run.data.train, run.device, PREFETCH_UPDATES)
     pending: PendingUpdate | None = None
     run.ddp_model.train()
     state.window_mark = time.perf_counter()
@@ -453,28 +447,35 @@ def log_window(state: TrainState, run: Run) -> bool:
     return over_time > 0
 
 
-def valid_loss_sum(run: Run, batch_list: list[np.ndarray]) -> tuple[float, float]:
-    """Summed valid loss and target tokens over `batch_list` (no label smoothing, no dropout)."""
+def valid_loss_sums(run: Run, batch_list: list[tuple[int, np.ndarray]]) -> list[float]:
+    """Per direction, the summed valid loss and target tokens over `batch_list` ([loss_0, tokens_0, loss_1, ...];
+    no label smoothing, no dropout)."""
     run.model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=run.device)
-    tokens = 0
+    directions = len(run.data.directions)
+    totals = [torch.zeros((), dtype=torch.float64, device=run.device) for _ in range(directions)]
+    tokens = [0] * directions
     with torch.no_grad(), run.autocast():
-        for idx in batch_list:
-            batch = run.valid_data(idx)
-            total += seq2seq_loss(run.model, on_device({k: torch.from_numpy(a) for k, a in batch.arrays().items()},
-                                                       run.device), 0.0)
-            tokens += batch.tgt_tokens
+        for d, idx in batch_list:
+            batch = run.data.valid(idx)
+            totals[d] += seq2seq_loss(run.model, on_device({k: torch.from_numpy(a) for k, a in batch.arrays().items()},
+                                                           run.device), 0.0)
+            tokens[d] += batch.tgt_tokens
     run.model.train()
-    return total.item(), float(tokens)
+    return [x for d in range(directions) for x in (totals[d].item(), float(tokens[d]))]
+
+
+def direction_losses(sums: list[float]) -> list[float]:
+    """Bits per target token of each direction, from valid_loss_sums' (summed over ranks) figures."""
+    return [loss / max(tokens, 1) / LN2 for loss, tokens in zip(sums[::2], sums[1::2], strict=True)]
 
 
 def validate(state: TrainState, run: Run) -> bool:
-    """Valid loss (bits/token, sharded over ranks) and, on rank 0, BLEU; True when the loss is the best yet."""
+    """Valid loss (bits/token, sharded over ranks) and, on rank 0, BLEU, per direction; their means decide: True
+    when the mean loss is the best yet."""
     dist = run.dist
-    loss_total, tokens = dist.sum(list(valid_loss_sum(run, run.valid_batches[dist.rank :: dist.world])))
-    row = {"step": state.step, "valid/loss": loss_total / max(tokens, 1) / LN2}
-    if run.bleu.enabled:
-        row["valid/bleu"] = run.bleu(run.model, run.device, run.autocast)
+    losses = direction_losses(dist.sum(valid_loss_sums(run, run.data.valid_batches[dist.rank :: dist.world])))
+    bleus = run.bleu(run.model, run.device, run.autocast) if run.bleu.enabled else None
+    row = {"step": state.step, **validation_row(run.data.directions, losses, bleus)}
     improved = row["valid/loss"] < state.best_valid_loss  # a NaN loss never improves
     if improved:
         state.best_valid_loss, state.best_step, state.stale_validations = row["valid/loss"], state.step, 0
@@ -484,8 +485,9 @@ def validate(state: TrainState, run: Run) -> bool:
     state.last_validated = state.step
     if dist.is_main:
         record(state, run, row)
-        log.info("step %d valid loss %.3f bits/token%s%s", state.step, row["valid/loss"],
-                 f" BLEU {row['valid/bleu']:.2f}" if "valid/bleu" in row else "", " (best)" if improved else "")
+        log.info("step %d valid loss %.3f bits/token%s%s%s", state.step, row["valid/loss"],
+                 f" BLEU {row['valid/bleu']:.2f}" if "valid/bleu" in row else "", " (best)" if improved else "",
+                 per_direction_text(row, run.data.directions))
     return improved
 
 
@@ -567,8 +569,7 @@ def load_final_weights(state: TrainState, run: Run) -> tuple[str, float]:
         for row in run.pad_rows:  # an average of zero rows is zero already; zeroed here so it visibly stays so
             row.zero_()
     if weights is None or run.train_params.average_last > 1:
-        loss_total, tokens = valid_loss_sum(run, run.valid_batches)
-        final_valid_loss = loss_total / max(tokens, 1) / LN2
+        final_valid_loss = mean(direction_losses(valid_loss_sums(run, run.data.valid_batches)))
     return final_model, final_valid_loss
 
 
@@ -579,9 +580,11 @@ def _rounded(value: float | None, digits: int) -> float | None:
 
 def run_metrics(state: TrainState, run: Run, stop_reason: str, final_model: str,
                 final_valid_loss: float) -> dict[str, Any]:
+    """metrics/train.json; the valid figures are means over directions, and with several directions
+    "directions" gives each one's figures at the best validation and its pairs in an epoch."""
     p = run.train_params
     train_rows = [h for h in state.history if "train/loss" in h]
-    return {
+    metrics = {
         "steps": state.step,
         "epochs": state.epoch - (state.update_in_epoch == 0),
         "stop_reason": stop_reason,
@@ -602,8 +605,19 @@ def run_metrics(state: TrainState, run: Run, stop_reason: str, final_model: str,
         "precision": p.precision,
         "device": run.device.type,
         "deterministic": p.deterministic,
-        "truncated_pairs": run.train_data.truncated(),
+        "truncated_pairs": run.data.train.truncated(),
     }
+    if len(run.data.directions) > 1:
+        metrics["directions"] = direction_metrics(state, run)
+    return metrics
+
+
+def direction_metrics(state: TrainState, run: Run) -> dict[str, dict[str, Any]]:
+    best = best_figures(state.history, state.best_step, run.data.directions)
+    return {name: {"train_pairs": len(run.data.train_rows[d]), "epoch_pairs": run.data.epochs.counts[d],
+                   "best_valid_loss": _rounded(best[name]["best_valid_loss"], 4),
+                   "best_valid_bleu": _rounded(best[name]["best_valid_bleu"], 2)}
+            for d, name in enumerate(run.data.directions)}
 
 
 def train(spec: dict[str, Any]) -> dict[str, Any]:
@@ -618,8 +632,9 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
             state = restore(run)
             if dist.is_main:
                 p = run.train_params
-                log.info("model: %s parameters, %d train batches (max_tokens %d), %d process(es) x update_freq %d, "
-                         "%s on %s%s, %d thread(s)%s", f"{count_parameters(run.model):,}", len(run.batches),
+                log.info("model: %s parameters, %d train batches in epoch 1 (max_tokens %d), %d process(es) x "
+                         "update_freq %d, %s on %s%s, %d thread(s)%s", f"{count_parameters(run.model):,}",
+                         len(run.data.epochs(1)[0]),
                          p.max_tokens, dist.world, p.update_freq, p.precision, dist.device.type,
                          " (TF32 matmuls)" if dist.device.type == "cuda" and p.precision == "fp32" else "", threads,
                          ", deterministic kernels" if p.deterministic else "")

@@ -22,7 +22,7 @@ from stages.validate.offline_docs import make_data_docs_offline
 from stages.validate.report import EXAMPLES_IN_METRICS
 
 SITE_NAME = "validation"
-SOURCE_NAME = "clean"  # the Data Docs name each page <data source>-<asset>: clean-train.html
+SOURCE_NAME = "clean"  # the Data Docs name each page <data source>-<asset>: clean-train-en-de.html
 # GX logs at INFO while it imports and validates; only its warnings are worth a user's attention.
 GX_LOGGERS = ("great_expectations",)
 RESULT_FORMAT = {
@@ -32,6 +32,14 @@ RESULT_FORMAT = {
     "unexpected_index_column_names": ["origin", "line"],
     "include_unexpected_rows": True,
 }
+
+
+def quiet_gx() -> Any:
+    """great_expectations, imported with its loggers at WARNING: its import logs a line at INFO for every API
+    function it registers (two hundred lines in the stage's log before any work)."""
+    with logger_levels(GX_LOGGERS, logging.WARNING):
+        import great_expectations as gx
+    return gx
 
 
 @dataclass(frozen=True)

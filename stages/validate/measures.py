@@ -1,9 +1,11 @@
-"""The per-row measures GX checks instead of the text: lengths, ratio, copies, repeats, shares, languages.
+"""The per-row measures GX checks instead of the text: direction, lengths, ratio, copies, repeats, shares, languages.
 
 GX has no pairwise checks (source != target, length ratio, duplicate pairs), and the text is what costs memory
-once GX loads a file into pandas, so each batch of pairs becomes a batch of the DERIVED_COLUMNS below (about 45 bytes a
-pair, no text), computed with pyarrow. The measures shared with the clean stage (invisible characters, letter and
-script shares, pair hashes, language identification) come from pipeline/text_checks.py, so the two agree.
+once GX loads a file into pandas, so each batch of pairs becomes a batch of the DERIVED_COLUMNS below (about 45 bytes
+a pair, no text), computed with pyarrow. The suite runs per direction (directions.py), so a measurer serves one
+direction's rows: the scripts are that direction's languages', and repeats are found within the direction, as the
+clean stage deduplicates. The measures shared with the clean stage (invisible characters, letter and script
+shares, pair hashes, language identification) come from pipeline/text_checks.py, so the two agree.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.text_checks import INVISIBLE, HashSet64, LanguageDetector, first_occurrences, letter_shares, pair_hashes
+from stages.validate.directions import direction_names
 
 HTML_PATTERN = r"<[a-zA-Z/][^>]*>|&[a-z]+;"
 # A run of characters that are not whitespace as Python's str.isspace() defines it (ASCII \t-\r, \x1c-\x1f,
@@ -29,6 +32,7 @@ LANGUAGE = pa.dictionary(pa.int8(), pa.string())
 DERIVED_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "origin": (pa.dictionary(pa.int32(), pa.string()), "the input file (or dataset split) the pair came from"),
     "line": (pa.int32(), "1-based line (or row) of the pair in its origin"),
+    "direction": (pa.dictionary(pa.int8(), pa.string()), "src_lang-tgt_lang, the languages the row carries"),
     "src_chars": (pa.int32(), "characters (code points) in src; null when src is null"),
     "tgt_chars": (pa.int32(), "characters (code points) in tgt; null when tgt is null"),
     "src_words": (pa.int32(), "whitespace-separated words in src, as Python's str.split() counts them"),
@@ -41,7 +45,8 @@ DERIVED_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "is_copy": (pa.bool_(), "src == tgt"),
     "is_duplicate": (
         pa.bool_(),
-        "an earlier row of the split holds the same pair (compared by 64-bit xxh3 hashes of src + TAB + tgt)",
+        "an earlier row of the split in the same direction holds the same pair (compared by 64-bit xxh3 hashes of "
+        "src + TAB + tgt)",
     ),
     "has_control": (pa.bool_(), "control or invisible (zero-width, bidi, BOM) characters on either side"),
     "has_html": (
@@ -50,8 +55,8 @@ DERIVED_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     ),
     "src_letter_share": (pa.float32(), "letters (and combining marks) / non-space characters in src"),
     "tgt_letter_share": (pa.float32(), "letters (and combining marks) / non-space characters in tgt"),
-    "src_script_share": (pa.float32(), "letters in the script of data.src_lang / letters in src"),
-    "tgt_script_share": (pa.float32(), "letters in the script of data.tgt_lang / letters in tgt"),
+    "src_script_share": (pa.float32(), "letters in the script of the source language / letters in src"),
+    "tgt_script_share": (pa.float32(), "letters in the script of the target language / letters in tgt"),
     "src_lang": (LANGUAGE, "language py3langid detects in src, on the seeded sample only (null elsewhere)"),
     "tgt_lang": (LANGUAGE, "language py3langid detects in tgt, on the seeded sample only (null elsewhere)"),
 }
@@ -60,20 +65,21 @@ DERIVED_FILE_SCHEMA = pa.schema([(name, dtype) for name, (dtype, _) in DERIVED_C
 
 @dataclass
 class SplitMeasurer:
-    """What measuring a split batch by batch needs besides each batch, and what it carries from one batch to the
-    next: the pairs seen so far, so that `is_duplicate` marks every repeat of an earlier row of the split."""
+    """What measuring one direction's rows of a split batch by batch needs besides each batch, and what it carries
+    from one batch to the next: the pairs seen so far, so that `is_duplicate` marks every repeat of an earlier row
+    of the direction."""
 
-    src_script: str | None  # RE2 class of data.src_lang's script; None when the language's script is not known
+    src_script: str | None  # RE2 class of the source language's script; None when the script is not known
     tgt_script: str | None
     ratio_min_chars: int  # clean.ratio_min_chars
     language_id_min_chars: int  # clean.language_id_min_chars
     pool: ThreadPoolExecutor  # two threads: the two sides are measured at once
-    language_sample: np.ndarray  # sorted 0-based rows of the split whose languages are detected
+    language_sample: np.ndarray  # sorted 0-based rows of the direction's rows whose languages are detected
     detector: LanguageDetector | None = None  # None when the language sample is empty
     seen_pairs: HashSet64 = field(default_factory=HashSet64)
 
     def duplicates(self, src: pa.Array, tgt: pa.Array) -> np.ndarray:
-        """True for every row whose pair occurred earlier in the split (in this or an earlier batch)."""
+        """True for every row whose pair occurred earlier in the direction (in this or an earlier batch)."""
         hashes = pair_hashes(src, tgt)
         repeat = self.seen_pairs.contains(hashes) | ~first_occurrences(hashes)
         self.seen_pairs.add(hashes[~repeat])
@@ -115,8 +121,8 @@ def detected_languages(text: pa.Array, sampled_rows: np.ndarray, measurer: Split
 
 
 def derive_columns(batch: pa.RecordBatch, measurer: SplitMeasurer, first_row: int = 0) -> pa.RecordBatch:
-    """The DERIVED_COLUMNS of a batch of pairs whose first row is `first_row` of the split; the two sides are
-    measured on two threads."""
+    """The DERIVED_COLUMNS of a batch of one direction's pairs whose first row is `first_row` of the direction's rows
+    in the split; the two sides are measured on two threads."""
     src, tgt = batch.column("src"), batch.column("tgt")
     src_side, tgt_side = measurer.pool.map(side_features, (src, tgt), (measurer.src_script, measurer.tgt_script))
     shorter = pc.cast(pc.min_element_wise(src_side["chars"], tgt_side["chars"]), pa.float64())
@@ -128,6 +134,7 @@ def derive_columns(batch: pa.RecordBatch, measurer: SplitMeasurer, first_row: in
     derived = {
         "origin": origin.dictionary_encode() if not pa.types.is_dictionary(origin.type) else origin,
         "line": batch.column("line"),
+        "direction": direction_names(batch),
         "src_chars": src_side["chars"],
         "tgt_chars": tgt_side["chars"],
         "src_words": src_side["words"],

@@ -1,9 +1,10 @@
-"""A split's results as one summary, the training split's chunks merged into it.
+"""One direction's results in a split as one summary, its training chunks merged into it.
 
-Every chunk of the training split is checked by the same expectations in the same order (suite.py), so the i-th
-result of each chunk is the same expectation: it succeeds on the split when it succeeds on every chunk, and its
-failures are summed into one. The row count is the exception: each chunk checks its share of validate.min_rows,
-and the merged failure reports the split's rows against validate.min_rows itself.
+Every chunk of a direction's training rows is checked by the same expectations in the same order (suite.py), so
+the i-th result of each chunk is the same expectation: it succeeds on the direction when it succeeds on every
+chunk, and its failures are summed into one. The row count is the exception: each chunk checks its share of
+validate.min_rows, and the merged failure reports the direction's rows against validate.min_rows itself.
+(report.py then adds the directions of a split together.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from stages.validate.report import EXAMPLES_IN_METRICS, describe_failure
 
 def merge_failures(failures: list[dict[str, Any]], rows: int, min_rows: int | None) -> dict[str, Any]:
     """One expectation's failures in several chunks as one: counts summed, the first examples kept; the row count
-    is the split's, against `min_rows` when given (validate.min_rows for the chunked training split)."""
+    is the direction's, against `min_rows` when given (validate.min_rows for the chunked training split)."""
     merged = {**failures[0], "examples": [], "rows": []}
     if merged["expectation"] == "expect_table_row_count_to_be_between" and min_rows is not None:
         merged.update(observed_value=rows, kwargs={**merged["kwargs"], "min_value": min_rows})
@@ -37,8 +38,8 @@ def merge_failures(failures: list[dict[str, Any]], rows: int, min_rows: int | No
 
 
 def summarise(rows: int, suite_results: list[Any], min_rows: int | None = None) -> dict[str, Any]:
-    """A split's results (GX suite validation results, one per chunk); a split validated in chunks summarised as
-    one: an expectation succeeds when it succeeds on every chunk."""
+    """One direction's results in a split (GX suite validation results, one per chunk); rows validated in chunks
+    summarised as one: an expectation succeeds when it succeeds on every chunk."""
     critical, warnings = [], []
     evaluated = len(suite_results[0].results)
     for i in range(evaluated):

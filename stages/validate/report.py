@@ -1,5 +1,6 @@
 """What the stage reports: each failed expectation as `metrics/validation.json` holds it and as the error shows
-it, the stage's metrics over all splits, and the outcome (a log line, warnings, `ValidationFailed`).
+it, the stage's metrics over all splits and per direction, and the outcome (log lines per direction, warnings,
+`ValidationFailed` naming each failing direction).
 
 The metrics file and the Data Docs are written before a failed critical expectation raises, so the report is
 there to inspect.
@@ -90,16 +91,22 @@ def _short(text: Any, width: int = 60) -> str:
     return repr(text if len(text) <= width else text[: width - 3] + "...")
 
 
+def expectation_label(failure: dict[str, Any]) -> str:
+    """`type on column` (or the type alone, for a table expectation)."""
+    return failure["expectation"] + (f" on {failure['column']}" if failure.get("column") else "")
+
+
 def format_failure(split: str, failure: dict[str, Any]) -> str:
-    """`split: type on column: N unexpected (P%) [kwargs]`, then up to 3 example rows as `origin:line src= tgt=`."""
-    where = f" on {failure['column']}" if failure.get("column") else ""
+    """`split direction: type on column: N unexpected (P%) [kwargs]`, then up to 3 example rows as
+    `origin:line src= tgt=`."""
     if failure.get("unexpected_count") is not None:
         percent = failure.get("unexpected_percent")
         what = f"{failure['unexpected_count']} unexpected" + (f" ({percent:.2f}%)" if percent is not None else "")
     else:
         what = f"observed {failure.get('observed_value')!r}"
     expected = ", ".join(f"{k}={v!r}" for k, v in failure["kwargs"].items())
-    line = f"  {split}: {failure['expectation']}{where}: {what}" + (f" [{expected}]" if expected else "")
+    where = f"{split} {failure['direction']}" if failure.get("direction") else split
+    line = f"  {where}: {expectation_label(failure)}: {what}" + (f" [{expected}]" if expected else "")
     if failure.get("error"):
         line += f"; error: {failure['error']}"
     for row in failure["rows"][:EXAMPLES_IN_ERROR]:
@@ -116,8 +123,59 @@ def _failures(per_split: dict[str, dict[str, Any]], kind: str) -> list[tuple[str
     return [(split, failure) for split, summary in per_split.items() for failure in summary[kind]]
 
 
-def stage_metrics(per_split: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`metrics/validation.json`: the totals over all splits, then each split's summary."""
+def _total(summaries: list[dict[str, Any]], key: str) -> int:
+    return sum(summary[key] for summary in summaries)
+
+
+def split_summary(groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A split's direction groups (direction -> merge.summarise's summary) as one summary of the split: the
+    totals, each failure tagged with its direction, and the rows of each direction."""
+
+    def tagged(kind: str) -> list[dict[str, Any]]:
+        return [{"direction": direction, **f} for direction, summary in groups.items() for f in summary[kind]]
+
+    summaries = list(groups.values())
+    summary = {
+        "success": all(s["success"] for s in summaries),
+        "rows": _total(summaries, "rows"),
+        "rows_per_direction": {direction: s["rows"] for direction, s in groups.items()},
+        "evaluated_expectations": _total(summaries, "evaluated_expectations"),
+        "successful_expectations": _total(summaries, "successful_expectations"),
+        "failed_critical": tagged("failed_critical"),
+        "failed_non_critical": tagged("failed_non_critical"),
+    }
+    if all("language_sample_rows" in s for s in summaries):
+        summary["language_sample_rows"] = _total(summaries, "language_sample_rows")
+    return summary
+
+
+def direction_summary(direction: str, per_group: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One direction's results over the splits that hold it: its rows, and each failed expectation named as
+    `split: type on column` (the details are under "splits" in the metrics)."""
+    groups = {split: groups[direction] for split, groups in per_group.items() if direction in groups}
+    summaries = list(groups.values())
+
+    def named(kind: str) -> list[str]:
+        return [f"{split}: {expectation_label(f)}" for split, summary in groups.items() for f in summary[kind]]
+
+    summary = {
+        "success": all(s["success"] for s in summaries),
+        "rows": _total(summaries, "rows"),
+        "rows_per_split": {split: s["rows"] for split, s in groups.items()},
+        "evaluated_expectations": _total(summaries, "evaluated_expectations"),
+        "failed_critical": named("failed_critical"),
+        "failed_non_critical": named("failed_non_critical"),
+    }
+    if "language_sample_rows" in groups.get("train", {}):
+        summary["language_sample_rows"] = groups["train"]["language_sample_rows"]
+    return summary
+
+
+def stage_metrics(per_group: dict[str, dict[str, dict[str, Any]]], directions: list[str]) -> dict[str, Any]:
+    """`metrics/validation.json` from the summary of each split's direction groups (split -> direction ->
+    summary): the totals over all splits, each direction's results (in `directions` order), then each split's
+    summary."""
+    per_split = {split: split_summary(groups) for split, groups in per_group.items()}
     failed = _failures(per_split, "failed_critical")
     return {
         "success": not failed,
@@ -125,28 +183,43 @@ def stage_metrics(per_split: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "evaluated_expectations": sum(summary["evaluated_expectations"] for summary in per_split.values()),
         "failed_critical": len(failed),
         "failed_non_critical": len(_failures(per_split, "failed_non_critical")),
+        "directions": {direction: direction_summary(direction, per_group) for direction in directions},
         "splits": per_split,
     }
 
 
 def report_outcome(metrics: dict[str, Any], seconds: float, data_docs: Path, metrics_file: Path) -> None:
-    """Log what was validated and each warning; raise ValidationFailed listing every critical failure."""
-    per_split = metrics["splits"]
+    """Log what was validated, each direction's result and each warning; raise ValidationFailed naming every
+    failing direction and listing every critical failure."""
+    per_split, per_direction = metrics["splits"], metrics["directions"]
     failed, warned = _failures(per_split, "failed_critical"), _failures(per_split, "failed_non_critical")
     log.info(
-        "validated %d rows in %d split(s) against %d expectations in %.1fs: %d critical failure(s), %d warning(s)",
+        "validated %d rows of %d direction(s) in %d split(s) against %d expectations in %.1fs: "
+        "%d critical failure(s), %d warning(s)",
         metrics["rows"],
+        len(per_direction),
         len(per_split),
         metrics["evaluated_expectations"],
         seconds,
         len(failed),
         len(warned),
     )
+    for direction, summary in per_direction.items():
+        log.info(
+            "  %s: %s, %d rows (%s), %d critical failure(s), %d warning(s)",
+            direction,
+            "passed" if summary["success"] else "FAILED",
+            summary["rows"],
+            ", ".join(f"{split} {rows}" for split, rows in summary["rows_per_split"].items()),
+            len(summary["failed_critical"]),
+            len(summary["failed_non_critical"]),
+        )
     for split, failure in warned:
         log.warning("non-critical expectation failed (see %s):\n%s", data_docs, format_failure(split, failure))
     if failed:
+        failing = [d for d, summary in per_direction.items() if not summary["success"]]
         lines = "\n".join(format_failure(split, failure) for split, failure in failed)
         raise ValidationFailed(
-            f"{len(failed)} critical expectation(s) failed; Data Docs in {data_docs}, "
-            f"details in {metrics_file}:\n{lines}"
+            f"{len(failed)} critical expectation(s) failed, in direction(s) {', '.join(failing)}; Data Docs in "
+            f"{data_docs}, details in {metrics_file}:\n{lines}"
         )

@@ -81,7 +81,7 @@ def test_trained_model_beats_the_untrained_one_by_5_bleu(project):
     from stages.evaluate import score, translate
     from stages.train.model import build_model
 
-    trained = json.loads((project / "metrics/eval.json").read_text())["test_2016_flickr"]
+    trained = json.loads((project / "metrics/eval.json").read_text())["test_2016_flickr"]["en-de"]
     params = load(project / "params.yaml")
     meta = json.loads((project / "data/tokenized/meta.json").read_text())
     untrained = build_model(params.model, meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=params.train.seed)

@@ -31,14 +31,15 @@ def project(tmp_path_factory) -> Path:
 
 def test_first_repro_produces_every_artifact(project):
     for path in ("data/raw/train.parquet", "data/clean/rejected.parquet", "reports/validation/index.html",
-                 "data/tokenized/spm.model", "models/final/config.json", "reports/eval/test.hyp.txt",
+                 "data/tokenized/spm.model", "models/final/config.json", "reports/eval/test.en-de.hyp.txt",
                  "models/export/encoder.onnx", "models/export/decoder.onnx", "dvc.lock"):
         assert (project / path).exists(), path
     scores = json.loads((project / "metrics/eval.json").read_text())
-    assert set(scores) == {"test"}
-    assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
-    assert "tok:13a" in scores["test"]["signature"]["bleu"]
-    assert len((project / "reports/eval/test.hyp.txt").read_text().splitlines()) == scores["test"]["sentences"] == 268
+    assert set(scores) == {"test", "macro"}  # one direction: macro is its scores
+    assert set(scores["test"]["en-de"]) >= {"bleu", "chrf", "signature"}
+    assert "tok:13a" in scores["test"]["en-de"]["signature"]["bleu"]
+    hypotheses = (project / "reports/eval/test.en-de.hyp.txt").read_text().splitlines()
+    assert len(hypotheses) == scores["test"]["en-de"]["sentences"] == 268
 
 
 def test_final_model_loads_with_the_auto_classes(project):
@@ -127,9 +128,10 @@ def test_exp_run_with_a_param_override_records_bleu(project):
     assert named, shown
     data = named[0]["data"]
     assert data["params"]["params.yaml"]["data"]["train"]["lr"] == 0.001
-    bleu = data["metrics"]["metrics/eval.json"]["data"]["test"]["bleu"]
+    bleu = data["metrics"]["metrics/eval.json"]["data"]["test"]["en-de"]["bleu"]
     assert isinstance(bleu, float)
     # The experiment's results are in the workspace: `dvc metrics diff` shows the BLEU change against the baseline.
-    change = json.loads(dvc(project, "metrics", "diff", "--all", "--json").stdout)["metrics/eval.json"]["test.bleu"]
+    diff = json.loads(dvc(project, "metrics", "diff", "--all", "--json").stdout)
+    change = diff["metrics/eval.json"]["test.en-de.bleu"]
     assert change["new"] == bleu
     assert change["diff"] == pytest.approx(change["new"] - change["old"])

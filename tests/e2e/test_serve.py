@@ -160,8 +160,10 @@ BAD_BODIES = [
     (json.dumps(request([])).encode(), 422, "field 'q' is an empty list: send at least one string"),
     (json.dumps(["A dog"]).encode(), 422, "the body must be a JSON object with q, source and target, not a list"),
     (json.dumps({**request("A dog"), "format": "html"}).encode(), 422, "field 'format': Input should be 'text'"),
-    (json.dumps(request("A dog", target="fr")).encode(), 400, "target 'fr' is not one of this model's targets: 'de'"),
-    (json.dumps(request("A dog", source="cs")).encode(), 400, "source 'cs' is not this model's source language"),
+    (json.dumps(request("A dog", target="fr")).encode(), 400, "target 'fr' is not one of this model's targets: de "
+     "(directions: en-de)"),
+    (json.dumps(request("A dog", source="cs")).encode(), 400, "this model does not translate cs-de; its directions: "
+     "en-de"),
     (json.dumps(request(["A dog."] * 9)).encode(), 413, "q has 9 lines (line breaks inside strings count), more "
      "than the limit of 8 (--max-lines 8)"),
     (json.dumps(request(["A dog.", "dog " * 70])).encode(), 413, "more than the limit of 64 (--max-line-tokens 64)"),

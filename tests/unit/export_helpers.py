@@ -3,6 +3,10 @@
 The tiny model is untrained, so its logits are nearly flat and argmaxes can be decided by 1e-5; the copy used here
 has its (tied) embeddings scaled up so every argmax is decisive and the comparisons test the runtimes, not float
 noise. The <pad> row stays zero (scaling keeps it so), as training keeps it.
+
+The two-target model (en-de and en-fr in one) is built here the way the tokenize and train stages lay one out:
+a joint SentencePiece model whose `>>de<<` and `>>fr<<` tags are user-defined pieces (never split), the Marian
+vocabulary (</s> 0, <unk> 1, <pad> last), a MarianTokenizer and languages.json beside an untrained tiny model.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.artifacts import Paths
+from pipeline.languages import Directions
 from pipeline.params import Params, parse
 
 # Scales the untrained model's logits from std ~0.16 to ~1.6: top-2 margins go from ~1e-5 to ~0.5.
@@ -22,6 +27,9 @@ PARITY_SENTENCES = 32
 CTRANSLATE2_INSTALLED = importlib.util.find_spec("ctranslate2") is not None
 # Every format the stage has, CTranslate2 where it is installed; thresholds are the defaults.
 FULL_EXPORT = {"int8": True, "torchscript": True, "ctranslate2": CTRANSLATE2_INSTALLED}
+
+
+TWO_TARGETS = ("en-de", "en-fr")
 
 
 def sharpened_root(tiny_model_dir: Path, root: Path) -> Paths:
@@ -65,3 +73,51 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def two_target_tokenizer(train_lines: list[str], out: Path, directions: Directions) -> Path:
+    """A MarianTokenizer over a joint SentencePiece model with the directions' target tags as user-defined pieces,
+    in the Marian layout (</s> 0, <unk> 1, <pad> last), saved with languages.json into `out`."""
+    import io
+    import json
+
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(train_lines), model_writer=model, model_type="unigram",
+                                   vocab_size=600, hard_vocab_limit=False, user_defined_symbols=directions.tags,
+                                   eos_id=0, unk_id=1, bos_id=-1, pad_id=-1, minloglevel=2)
+    out.mkdir(parents=True)
+    spm_file = out / "spm.model"
+    spm_file.write_bytes(model.getvalue())
+    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
+    vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer = MarianTokenizer(source_spm=str(spm_file), target_spm=str(spm_file), vocab=str(out / "vocab.json"),
+                                unk_token="<unk>", eos_token="</s>", pad_token="<pad>", model_max_length=1024)
+    tokenizer.save_pretrained(out)
+    spm_file.unlink()  # saved as source.spm and target.spm
+    directions.write(out)
+    return out
+
+
+def two_target_model_dir(root: Path) -> Path:
+    """`root` as a project after train: data/clean with en-de and en-fr pairs (Multi30k), and models/final, an
+    untrained tiny model over a two-target tokenizer; returns models/final."""
+    import json
+
+    from stages.train.model import build_model
+    from stages.train.save import save_final
+    from tests.conftest import multi30k_lines, write_clean_splits
+
+    directions = Directions.of(TWO_TARGETS)
+    write_clean_splits(root, {"train": 10, "valid": 10, "test": PARITY_SENTENCES}, TWO_TARGETS)
+    train_lines = [line for lang in directions.languages for line in multi30k_lines("train", lang, 1500)]
+    tokenizer_dir = two_target_tokenizer(train_lines, root / "data" / "tokenized" / "hf_tokenizer", directions)
+    vocab = json.loads((tokenizer_dir / "vocab.json").read_text(encoding="utf-8"))
+    model = build_model(parse({"model": {"preset": "tiny"}}).model, len(vocab), vocab["<pad>"], vocab["</s>"])
+    paths = Paths(root)
+    save_final(model, tokenizer_dir, paths.final_model)
+    return paths.final_model

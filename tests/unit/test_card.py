@@ -1,5 +1,7 @@
 """The card stage: models/release holds the trained model and a Hugging Face model card whose metadata parses and
-says what metrics/eval.json says, and whose text carries the run's data, training and export figures."""
+says what metrics/eval.json says (one result per test set and direction), and whose text carries the run's data,
+training and export figures; with several directions, every language, each direction's scores and data, and the
+target tag in the usage."""
 
 from __future__ import annotations
 
@@ -17,15 +19,17 @@ from pipeline.artifacts import Paths, read_json, write_json
 from pipeline.errors import MissingArtifact
 from pipeline.params import parse
 from stages import card
+from tests.unit.tagged_model import tagged_tiny_model
 
 SIGNATURES = {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
               "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
               "ter": "nrefs:1|case:mixed|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}
 EVAL = {
-    "newstest2014": {"bleu": 27.31, "chrf": 56.2, "ter": 60.5, "length_ratio": 0.987, "sentences": 3003,
-                     "seconds": 80.1, "signature": SIGNATURES},
-    "flickr2017": {"bleu": 31.5, "chrf": 60.01, "ter": 50.25, "length_ratio": 1.012, "sentences": 1000,
-                   "seconds": 20.0, "signature": {"bleu": "b", "chrf": "c", "ter": "t"}},
+    "newstest2014": {"en-de": {"bleu": 27.31, "chrf": 56.2, "ter": 60.5, "length_ratio": 0.987, "sentences": 3003,
+                               "signature": SIGNATURES}},
+    "flickr2017": {"en-de": {"bleu": 31.5, "chrf": 60.01, "ter": 50.25, "length_ratio": 1.012, "sentences": 1000,
+                             "signature": {"bleu": "b", "chrf": "c", "ter": "t"}}},
+    "macro": {"bleu": 29.41, "chrf": 58.11, "ter": 55.38},
 }
 TRAIN = {"steps": 1200, "epochs": 9, "stop_reason": "max_steps", "train_seconds": 287.4, "parameters": 363072,
          "processes": 2, "device": "cuda", "precision": "bf16", "tgt_tokens_per_s": 15800.5, "best_valid_loss": 3.21,
@@ -33,18 +37,21 @@ TRAIN = {"steps": 1200, "epochs": 9, "stop_reason": "max_steps", "train_seconds"
 EXPORT = {"n_sentences": 64, "onnx": {"encoder_max_abs_diff": 7e-7, "decoder_max_abs_diff": 4e-7},
           "torchscript": {"encoder_max_abs_diff": 0.0}, "identical_share": 1.0, "bleu": {"delta": 0.0},
           "onnx_int8": {"identical_share": 0.875, "bleu_delta": -0.12}}
-MANIFEST = {"source": "files", "src_lang": "en", "tgt_lang": "de",
+MANIFEST = {"source": "files", "directions": ["en-de"],
             "splits": {"train": 29000, "valid": 1014, "newstest2014": 3003, "flickr2017": 1000},
+            "rows_per_direction": {"train": {"en-de": 29000}, "valid": {"en-de": 1014},
+                                   "newstest2014": {"en-de": 3003}, "flickr2017": {"en-de": 1000}},
             "inputs": {"/somewhere/on/a/machine/train.en.gz": "ab" * 32}}
 CLEAN = {"splits": {"train": {"input": 29000, "kept": 28612, "rejected": 388,
                               "reasons": {"duplicate": 301, "length_ratio": 87}},
                     "valid": {"input": 1014, "kept": 1014, "rejected": 0, "reasons": {}}}}
 
 
-def project(root: Path, model_dir: Path, manifest: dict = MANIFEST) -> Paths:
+def project(root: Path, model_dir: Path, manifest: dict = MANIFEST, evaluation: dict = EVAL,
+            clean: dict = CLEAN) -> Paths:
     paths = Paths(root)
     shutil.copytree(model_dir, paths.final_model)
-    for name, content in (("eval", EVAL), ("train", TRAIN), ("export", EXPORT), ("clean", CLEAN)):
+    for name, content in (("eval", evaluation), ("train", TRAIN), ("export", EXPORT), ("clean", clean)):
         write_json(paths.metrics(name), content)
     write_json(paths.raw / "manifest.json", manifest)
     return paths
@@ -74,10 +81,12 @@ def test_the_card_metadata_parses_and_matches_eval_json(released):
     assert metadata["metrics"] == ["bleu", "chrf", "ter"] and metadata["datasets"] == []
     (model,) = metadata["model-index"]
     assert model["name"] == "mtpipe-en-de"
-    assert [r["dataset"]["name"] for r in model["results"]] == list(eval_json)
+    assert [r["dataset"]["name"] for r in model["results"]] == ["newstest2014 en-de", "flickr2017 en-de"]
     for result in model["results"]:
-        scores = eval_json[result["dataset"]["name"]]
-        assert result["task"]["type"] == "translation"
+        test_set = result["dataset"]["name"].split()[0]
+        scores = eval_json[test_set]["en-de"]
+        assert result["task"] == {"type": "translation", "name": "Translation en-de"}
+        assert result["dataset"] == {"name": f"{test_set} en-de", "type": test_set, "config": "en-de"}
         shown = {m["type"]: (m["value"], m["args"]["signature"]) for m in result["metrics"]}
         assert shown == {name: (scores[name], scores["signature"][name]) for name in ("bleu", "chrf", "ter")}
 
@@ -88,7 +97,8 @@ def test_huggingface_hub_reads_every_score_of_the_card(released):
     paths, _ = released
     data = ModelCard.load(paths.release / "README.md").data
     results = {(r.dataset_name, r.metric_type): r.metric_value for r in data.eval_results}
-    assert results == {(split, name): EVAL[split][name] for split in EVAL for name in ("bleu", "chrf", "ter")}
+    assert results == {(f"{split} en-de", name): EVAL[split]["en-de"][name] for split in ("newstest2014", "flickr2017")
+                       for name in ("bleu", "chrf", "ter")}
     assert data.license == "cc-by-4.0" and data.language == ["en", "de"]
 
 
@@ -102,22 +112,26 @@ def test_the_release_holds_the_models_files_unchanged_and_leaves_models_final_al
         # hard links on one filesystem: the bytes are stored once
         assert os.path.samefile(release / name, paths.final_model / name)
     assert "README.md" not in model_files
-    assert summary == {"model_files": len(model_files), "test_sets": 2, "license": "cc-by-4.0"}
+    assert summary == {"model_files": len(model_files), "results": 2, "license": "cc-by-4.0"}
 
 
 def test_the_card_text_gives_data_training_and_export_figures(released):
     paths, _ = released
     _, body = front_matter(paths.release / "README.md")
-    assert "| newstest2014 | 3003 | 27.31 | 56.20 | 60.50 | 0.987 |" in body
-    assert EVAL["newstest2014"]["signature"]["ter"] in body
+    assert "| newstest2014 | en-de | 3003 | 27.31 | 56.20 | 60.50 | 0.987 |" in body
+    assert "| macro | mean of 2 |  | 29.41 | 58.11 | 55.38 |  |" in body
+    assert EVAL["newstest2014"]["en-de"]["signature"]["ter"] in body
+    assert "Translates en into de. newstest2014 en-de BLEU 27.31 / chrF 56.20, flickr2017 en-de BLEU 31.50" in body
+    assert "en → de pairs from local files." in body and "Per direction" not in body
     assert "| train | 29000 | 28612 | 388 | duplicate 301, length_ratio 87 |" in body
     assert "`train.en.gz`" in body and "/somewhere/on/a/machine" not in body  # the file, not where it lay
     assert "4.8 min on 2 x cuda, bf16" in body and "1200 (9 epochs), stopped by max_steps" in body
     assert "363,072" in body and "preset `tiny`: d_model 64" in body
     assert "| greedy outputs identical | 100.0% |" in body and "| int8: corpus BLEU difference | -0.12 |" in body
-    for usage in ("AutoModelForSeq2SeqLM", "model.generate(", "mtpipe translate --model models/export",
-                  "ctranslate2.Translator"):
+    for usage in ("AutoModelForSeq2SeqLM", "model.generate(", "ctranslate2.Translator",
+                  "mtpipe translate --model models/export --beam 4 < input.en > output.de"):
         assert usage in body, usage
+    assert ">>" not in body and "--tgt" not in body  # one target: no tag to give
 
 
 def test_the_cards_transformers_snippet_translates_with_the_release(released):
@@ -137,8 +151,8 @@ def test_wmt14_data_names_its_dataset_and_revision(tiny_model_dir, tmp_path):
     metadata, body = front_matter(paths.release / "README.md")
     assert metadata["datasets"] == ["wmt/wmt14", "my-org/extra"]
     assert metadata["model-index"][0]["name"] == "my-en-de"
-    assert metadata["model-index"][0]["results"][0]["dataset"] == {"name": "newstest2014", "type": "wmt/wmt14",
-                                                                  "revision": "b199e40"}
+    assert metadata["model-index"][0]["results"][0]["dataset"] == {"name": "newstest2014 en-de", "type": "wmt/wmt14",
+                                                                  "config": "de-en", "revision": "b199e40"}
     assert body.startswith("\n# my-en-de\n") and "WMT14 (wmt/wmt14, revision b199e40)" in body
 
 
@@ -157,3 +171,93 @@ def test_the_license_must_be_a_hub_license_id():
 
     with pytest.raises(ParamsError, match="card.license"):
         parse({"card": {"license": "All rights reserved"}})
+
+
+# ------------------------------------------------------------------------------------------------ two directions
+
+MULTI = ["en-de", "en-fr"]
+EVAL_MULTI = {
+    "test": {"en-de": {"bleu": 30.12, "chrf": 58.3, "ter": 52.0, "length_ratio": 0.99, "sentences": 1000,
+                       "signature": SIGNATURES},
+             "en-fr": {"bleu": 40.5, "chrf": 65.25, "ter": 41.5, "length_ratio": 1.01, "sentences": 1000,
+                       "signature": SIGNATURES}},
+    "macro": {"bleu": 35.31, "chrf": 61.78, "ter": 46.75},
+}
+MANIFEST_MULTI = {"source": "files", "directions": MULTI, "splits": {"train": 58000, "valid": 2028, "test": 2000},
+                  "rows_per_direction": {"train": {"en-de": 29000, "en-fr": 29000},
+                                         "valid": {"en-de": 1014, "en-fr": 1014},
+                                         "test": {"en-de": 1000, "en-fr": 1000}}}
+CLEAN_MULTI = {
+    "splits": {"train": {"input": 58000, "kept": 57500, "rejected": 500, "reasons": {"duplicate": 500}},
+               "valid": {"input": 2028, "kept": 2028, "rejected": 0, "reasons": {}}},
+    "directions": {
+        "en-de": {"train": {"input": 29000, "kept": 28700, "rejected": 300}, "valid": {"input": 1014, "kept": 1014,
+                  "rejected": 0}, "reasons": {"duplicate": 300}},
+        "en-fr": {"train": {"input": 29000, "kept": 28800, "rejected": 200}, "valid": {"input": 1014, "kept": 1014,
+                  "rejected": 0}, "reasons": {"duplicate": 200}}},
+}
+
+
+def multi_params(directions: list[str] = MULTI, **sections) -> dict:
+    files = {split: {"pattern": f"multi30k/{name}.{{lang}}.gz"}
+             for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))}
+    return parse({"data": {"source": "files", "directions": directions, "files": files}, **sections})
+
+
+@pytest.fixture(scope="module")
+def released_multi(tmp_path_factory) -> Paths:
+    root = tmp_path_factory.mktemp("card_multi")
+    model_dir = tagged_tiny_model(root / "model", tuple(MULTI), {"train": 200, "valid": 5, "test": 5})
+    paths = project(root / "project", model_dir, MANIFEST_MULTI, EVAL_MULTI, CLEAN_MULTI)
+    card.run(multi_params(card={"license": "cc-by-4.0"}), paths)
+    return paths
+
+
+def test_a_two_direction_card_names_every_language_and_scores_each_direction(released_multi):
+    from huggingface_hub import ModelCard
+
+    metadata, _ = front_matter(released_multi.release / "README.md")
+    assert metadata["language"] == ["en", "de", "fr"]
+    assert {"en-de", "en-fr"} <= set(metadata["tags"])
+    (model,) = metadata["model-index"]
+    assert model["name"] == "mtpipe-en-de-fr"
+    assert [(r["task"]["name"], r["dataset"]["name"], r["dataset"]["config"]) for r in model["results"]] == [
+        ("Translation en-de", "test en-de", "en-de"), ("Translation en-fr", "test en-fr", "en-fr")]
+    data = ModelCard.load(released_multi.release / "README.md").data
+    results = {(r.dataset_name, r.metric_type): r.metric_value for r in data.eval_results}
+    assert results == {(f"test {d}", name): EVAL_MULTI["test"][d][name]
+                       for d in MULTI for name in ("bleu", "chrf", "ter")}
+
+
+def test_a_two_direction_card_text_gives_each_directions_scores_and_data_and_the_target_tag(released_multi):
+    _, body = front_matter(released_multi.release / "README.md")
+    assert "Translates en into de and fr." in body and "macro BLEU 35.31 / chrF 61.78." in body
+    assert "| test | en-de | 1000 | 30.12 | 58.30 | 52.00 | 0.990 |" in body
+    assert "| test | en-fr | 1000 | 40.50 | 65.25 | 41.50 | 1.010 |" in body
+    assert "| macro | mean of 2 |  | 35.31 | 61.78 | 46.75 |  |" in body
+    assert "en → de, en → fr pairs from local files." in body
+    assert "| en-fr | train | 29000 | 28800 | 200 | duplicate 200 |" in body
+    assert "| en-de | valid | 1014 | 1014 | 0 |  |" in body
+    assert "one model for all 3 languages" in body
+    assert "each source starts with its target's tag (>>de<<, >>fr<<)" in body
+    assert "mtpipe translate --model models/export --tgt de --beam 4 < input.en > output.de" in body
+    assert 'tokenizer([">>de<< The weather is nice today."]' in body
+    assert 'tokenizer.encode(">>de<< The weather is nice today.")' in body
+
+
+def test_a_two_direction_cards_snippet_translates_with_the_tagged_release(released_multi):
+    _, body = front_matter(released_multi.release / "README.md")
+    snippet = re.search(r"```python\n(.*?)```", body, re.DOTALL).group(1)
+    # The tag is one token of the release's own tokenizer, not pieces of it.
+    check = 'print(tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())[0])'
+    out = subprocess.run([sys.executable, "-c", f"{snippet}\n{check}"], cwd=released_multi.root, capture_output=True,
+                         text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    decoded, first_token = out.stdout.splitlines()
+    assert decoded.startswith("['") and first_token == ">>de<<"
+
+
+def test_the_default_name_joins_every_language_once():
+    assert card.metadata.model_name(multi_params(["en-de", "en-fr", "en-cs"])) == "mtpipe-en-de-fr-cs"
+    assert card.metadata.model_name(parse({})) == "mtpipe-en-de"
+    assert card.metadata.model_name(multi_params(["en-de", "de-en"])) == "mtpipe-en-de"

@@ -30,14 +30,14 @@ VALID = [("It rains.", "Es regnet."), ("The bus is late.", "Der Bus ist spät.")
 TEST = [("A bird sings.", "Ein Vogel singt."), ("Snow falls.", "Schnee fällt.")]
 
 
-def write_raw(root: Path, split: str, pairs: list[tuple[str, str]]) -> Path:
-    return write_pair_parquet(root / "data" / "raw" / f"{split}.parquet", pairs, f"{split}.en")
+def write_raw(root: Path, split: str, pairs: list[tuple[str, str]], direction: str = "en-de") -> Path:
+    return write_pair_parquet(root / "data" / "raw" / f"{split}.parquet", pairs, f"{split}.en", direction)
 
 
-def raw_corpus(root: Path, train: list, valid: list = VALID, test: list = TEST) -> Paths:
-    write_raw(root, "train", train)
-    write_raw(root, "valid", valid)
-    write_raw(root, "test", test)
+def raw_corpus(root: Path, train: list, valid: list = VALID, test: list = TEST, direction: str = "en-de") -> Paths:
+    write_raw(root, "train", train, direction)
+    write_raw(root, "valid", valid, direction)
+    write_raw(root, "test", test, direction)
     return Paths(root)
 
 
@@ -167,8 +167,8 @@ def test_script_check_uses_the_script_of_each_side(tmp_path):
     # en-ru: Cyrillic is right on the target side and wrong on the source side.
     good = ("The cat sleeps on the sofa.", "Кошка спит на диване.")
     bad = ("Кошка спит на диване.", "Кошка спит на диване!")
-    paths = raw_corpus(tmp_path, train=[good, bad], valid=VALID, test=TEST)
-    clean.run(parse({"data": {"tgt_lang": "ru"}}), paths)
+    paths = raw_corpus(tmp_path, train=[good, bad], valid=VALID, test=TEST, direction="en-ru")
+    clean.run(directions_params(["en-ru"]), paths)
     assert pairs_of(paths, "train") == [good]
     assert [r["reason"] for r in rejected_rows(paths)] == ["wrong_script"]
 
@@ -240,15 +240,17 @@ def test_valid_and_test_splits_are_normalised_but_never_filtered(tmp_path):
 # --- outputs and their bookkeeping ------------------------------------------------------------------------------
 
 
-def test_rejected_rows_keep_split_origin_line_and_reason(tmp_path):
+def test_rejected_rows_keep_split_languages_origin_line_and_reason(tmp_path):
     paths = raw_corpus(tmp_path, train=[("", "leer"), *GOOD_TRAIN, ("Hi", "Hi")])
     clean.run(parse({}), paths)
 
     table = pq.read_table(paths.rejected)
-    assert table.column_names == ["split", "src", "tgt", "origin", "line", "reason"]
+    assert table.column_names == ["split", "src", "tgt", "src_lang", "tgt_lang", "origin", "line", "reason"]
+    languages = {"src_lang": "en", "tgt_lang": "de"}
     assert table.to_pylist() == [
-        {"split": "train", "src": "", "tgt": "leer", "origin": "train.en", "line": 1, "reason": "empty"},
-        {"split": "train", "src": "Hi", "tgt": "Hi", "origin": "train.en", "line": 6, "reason": "source_equals_target"},
+        {"split": "train", "src": "", "tgt": "leer", **languages, "origin": "train.en", "line": 1, "reason": "empty"},
+        {"split": "train", "src": "Hi", "tgt": "Hi", **languages, "origin": "train.en", "line": 6,
+         "reason": "source_equals_target"},
     ]
 
 
@@ -404,3 +406,277 @@ def test_duplicates_are_found_across_row_groups(tmp_path, monkeypatch):
 
     assert pairs_of(paths, "train") == GOOD_TRAIN
     assert [r["line"] for r in rejected_rows(paths)] == [5, 6, 7, 8]
+
+
+# --- several directions in one file ------------------------------------------------------------------------------
+
+TEST_SPLITS = ("train", "valid", "test")
+
+
+def directions_params(directions: list[str], clean_overrides: dict | None = None):
+    """Params for `directions` (files named per language: clean reads data/raw only, never these)."""
+    files = {split: {"pattern": f"corpus/{split}.{{lang}}"} for split in TEST_SPLITS}
+    data = {"source": "files", "directions": directions, "files": files}
+    return parse({"data": data, "clean": clean_overrides or {}})
+
+
+def write_mixed(root: Path, split: str, rows: dict[str, list[tuple[str, str]]]) -> Path:
+    """data/raw/<split>.parquet holding the pairs of several directions, interleaved row by row (so every batch
+    mixes them); lines are numbered per direction, as download numbers the lines of each direction's file."""
+    columns: dict[str, list] = {name: [] for name in corpus.PAIR_SCHEMA.names}
+    queues = {d: list(enumerate(pairs, start=1)) for d, pairs in rows.items()}
+    while any(queues.values()):
+        for direction, queue in queues.items():
+            if not queue:
+                continue
+            line, (src, tgt) = queue.pop(0)
+            src_lang, tgt_lang = direction.split("-")
+            values = (src, tgt, src_lang, tgt_lang, f"{split}.{direction}", line)
+            for name, value in zip(corpus.PAIR_SCHEMA.names, values, strict=True):
+                columns[name].append(value)
+    path = root / "data" / "raw" / f"{split}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns, schema=corpus.PAIR_SCHEMA), path)
+    return path
+
+
+def kept_by_direction(paths: Paths, split: str) -> dict[str, list[tuple[str, str]]]:
+    kept: dict[str, list[tuple[str, str]]] = {}
+    for row in pq.read_table(paths.split_file(paths.clean, split)).to_pylist():
+        kept.setdefault(f"{row['src_lang']}-{row['tgt_lang']}", []).append((row["src"], row["tgt"]))
+    return kept
+
+
+FR_TRAIN = [
+    ("A dog runs in the park.", "Un chien court dans le parc."),
+    ("The pupil writes next to the window.", "L'élève écrit à côté de la fenêtre."),
+    ("The girl eats an apple at noon.", "La fille mange une pomme à midi."),
+]
+CS_TRAIN = [
+    ("A dog runs in the park.", "Pes běží v parku."),
+    ("Three girls are dancing on the stage.", "Tři dívky tančí na pódiu."),
+    ("The man drinks coffee every morning.", "Muž pije kávu každé ráno."),
+]
+FR_VALID = [("It rains.", "Il pleut."), ("The bus is late.", "Le bus est en retard.")]
+CS_VALID = [("It rains.", "Prší."), ("The bus is late.", "Autobus má zpoždění.")]
+THREE = ["en-de", "en-fr", "en-cs"]
+
+
+def three_direction_corpus(root: Path, train: dict[str, list], valid: dict[str, list] | None = None) -> Paths:
+    write_mixed(root, "train", train)
+    write_mixed(root, "valid", valid or {"en-de": VALID, "en-fr": FR_VALID, "en-cs": CS_VALID})
+    write_mixed(root, "test", {"en-de": TEST, "en-fr": [("A bird sings.", "Un oiseau chante.")]})
+    return Paths(root)
+
+
+def test_czech_and_french_diacritics_pass_and_cyrillic_in_a_czech_row_is_wrong_script(tmp_path):
+    cyrillic = ("The cat sleeps on the sofa.", "Кошка спит на диване.")
+    paths = three_direction_corpus(tmp_path, {"en-de": GOOD_TRAIN, "en-fr": FR_TRAIN, "en-cs": [*CS_TRAIN, cyrillic]})
+
+    clean.run(directions_params(THREE), paths)
+
+    assert kept_by_direction(paths, "train") == {"en-de": GOOD_TRAIN, "en-fr": FR_TRAIN, "en-cs": CS_TRAIN}
+    assert [(r["src_lang"], r["tgt_lang"], r["line"], r["reason"], r["origin"]) for r in rejected_rows(paths)] == [
+        ("en", "cs", len(CS_TRAIN) + 1, "wrong_script", "train.en-cs")
+    ]
+
+
+def test_cyrillic_in_a_german_row_is_wrong_script_where_a_russian_row_passes(tmp_path):
+    russian = ("The cat sleeps on the sofa.", "Кошка спит на диване.")
+    train = {"en-de": [*GOOD_TRAIN, russian], "en-ru": [russian, ("The dog barks loudly.", "Собака громко лает.")]}
+    valid = {"en-de": VALID, "en-ru": [("It rains.", "Идёт дождь.")]}
+    write_mixed(tmp_path, "train", train)
+    write_mixed(tmp_path, "valid", valid)
+    write_mixed(tmp_path, "test", {"en-de": TEST})
+    paths = Paths(tmp_path)
+
+    clean.run(directions_params(["en-de", "en-ru"]), paths)
+
+    assert kept_by_direction(paths, "train") == {"en-de": GOOD_TRAIN, "en-ru": train["en-ru"]}
+    assert [(r["tgt_lang"], r["reason"]) for r in rejected_rows(paths)] == [("de", "wrong_script")]
+
+
+def test_devanagari_passes_in_a_hindi_row_and_latin_there_is_wrong_script(tmp_path):
+    hindi = [("The children are playing.", "बच्चे खेल रहे हैं।"), ("I drink tea.", "मैं चाय पीता हूँ।")]
+    latin = ("The children are playing.", "Die Kinder spielen.")
+    devanagari_in_german = ("I drink tea.", "मैं चाय पीता हूँ।")
+    write_mixed(tmp_path, "train", {"en-de": [*GOOD_TRAIN, devanagari_in_german], "en-hi": [*hindi, latin]})
+    write_mixed(tmp_path, "valid", {"en-de": VALID, "en-hi": [("It rains.", "बारिश हो रही है।")]})
+    write_mixed(tmp_path, "test", {"en-hi": [("A bird sings.", "एक चिड़िया गाती है।")]})
+    paths = Paths(tmp_path)
+
+    clean.run(directions_params(["en-de", "en-hi"]), paths)
+
+    assert kept_by_direction(paths, "train") == {"en-de": GOOD_TRAIN, "en-hi": hindi}
+    assert {(r["tgt_lang"], r["tgt"], r["reason"]) for r in rejected_rows(paths)} == {
+        ("de", devanagari_in_german[1], "wrong_script"),
+        ("hi", latin[1], "wrong_script"),
+    }
+
+
+def test_an_eval_pair_overlaps_only_training_pairs_of_its_own_direction(tmp_path):
+    # The en-fr valid pair is rejected from en-fr training, but the same texts in an en-cs row are no contamination
+    # of en-cs (whose valid/test sets do not hold them); likewise the en-de valid pair in an en-fr row.
+    train = {"en-de": GOOD_TRAIN, "en-fr": [*FR_TRAIN, FR_VALID[1], VALID[1]], "en-cs": [*CS_TRAIN, FR_VALID[1]]}
+    paths = three_direction_corpus(tmp_path, train)
+
+    clean.run(directions_params(THREE), paths)
+
+    assert [(r["tgt_lang"], r["src"], r["reason"]) for r in rejected_rows(paths)] == [
+        ("fr", FR_VALID[1][0], "overlaps_eval")
+    ]
+    kept = kept_by_direction(paths, "train")
+    assert kept["en-fr"] == [*FR_TRAIN, VALID[1]]
+    assert kept["en-cs"] == [*CS_TRAIN, FR_VALID[1]]
+
+
+def test_the_same_pair_in_two_directions_is_not_a_duplicate_but_twice_in_one_is(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "BATCH_ROWS", 2)  # copies fall in other batches than their first occurrence
+    shared = ("Hotel Berlin, room twelve, second floor.", "Hotel Berlin, chambre douze, deuxième étage.")
+    train = {"en-de": [*GOOD_TRAIN, shared], "en-fr": [shared, *FR_TRAIN, shared], "en-cs": [*CS_TRAIN, shared]}
+    paths = three_direction_corpus(tmp_path, train)
+
+    clean.run(directions_params(THREE), paths)
+
+    kept = kept_by_direction(paths, "train")
+    assert kept == {"en-de": [*GOOD_TRAIN, shared], "en-fr": [shared, *FR_TRAIN], "en-cs": [*CS_TRAIN, shared]}
+    assert [(r["tgt_lang"], r["line"], r["reason"]) for r in rejected_rows(paths)] == [("fr", 5, "duplicate")]
+
+
+def test_metrics_count_every_direction_of_every_split_and_kept_plus_rejected_is_its_input(tmp_path):
+    train = {
+        "en-de": [*GOOD_TRAIN, ("", "leer"), GOOD_TRAIN[0]],
+        "en-fr": [*FR_TRAIN, FR_VALID[0]],
+        "en-cs": [*CS_TRAIN, ("The cat sleeps on the sofa.", "Кошка спит на диване."), ("Same", "Same")],
+    }
+    paths = three_direction_corpus(tmp_path, train)
+
+    clean.run(directions_params(THREE), paths)
+
+    metrics = clean_metrics(paths)
+    assert list(metrics["directions"]) == THREE
+    assert metrics["directions"]["en-de"]["train"] == {"input": 6, "kept": 4, "rejected": 2}
+    assert metrics["directions"]["en-de"]["reasons"] == {"empty": 1, "duplicate": 1}
+    assert metrics["directions"]["en-fr"]["reasons"] == {"overlaps_eval": 1}
+    assert metrics["directions"]["en-cs"]["reasons"] == {"source_equals_target": 1, "wrong_script": 1}
+    assert metrics["directions"]["en-cs"]["test"] == {"input": 0, "kept": 0, "rejected": 0}  # no en-cs test set
+    rejected = pq.read_table(paths.rejected).to_pylist()
+    for direction, figures in metrics["directions"].items():
+        src_lang, tgt_lang = direction.split("-")
+        for split in TEST_SPLITS:
+            table = pq.read_table(paths.split_file(paths.raw, split)).to_pylist()
+            n_input = sum((r["src_lang"], r["tgt_lang"]) == (src_lang, tgt_lang) for r in table)
+            n_kept = len(kept_by_direction(paths, split).get(direction, []))
+            n_rejected = sum(r["split"] == split and r["tgt_lang"] == tgt_lang for r in rejected)
+            assert figures[split] == {"input": n_input, "kept": n_kept, "rejected": n_rejected}
+            assert n_kept + n_rejected == n_input
+    for split in TEST_SPLITS:  # the totals stay what one direction had, summed over the directions
+        per_direction = [metrics["directions"][d][split] for d in THREE]
+        assert metrics["splits"][split]["input"] == sum(f["input"] for f in per_direction)
+        assert metrics["splits"][split]["kept"] == sum(f["kept"] for f in per_direction)
+    assert (metrics["input"], metrics["rejected"]) == (sum(metrics["splits"][s]["input"] for s in TEST_SPLITS), 5)
+
+
+def test_one_direction_also_gets_its_figures_under_directions(tmp_path):
+    paths = raw_corpus(tmp_path, train=[*GOOD_TRAIN, ("", "leer")])
+    clean.run(parse({}), paths)
+    metrics = clean_metrics(paths)
+    assert metrics["directions"] == {
+        "en-de": {
+            "train": {"input": 5, "kept": 4, "rejected": 1},
+            "valid": {"input": 2, "kept": 2, "rejected": 0},
+            "test": {"input": 2, "kept": 2, "rejected": 0},
+            "reasons": {"empty": 1},
+        }
+    }
+    assert metrics["splits"]["train"] == {"input": 5, "kept": 4, "rejected": 1, "reasons": {"empty": 1}}
+
+
+def test_language_id_judges_each_row_against_its_own_language(tmp_path):
+    german = "Die Kinder spielen am Nachmittag im großen Garten hinter dem Haus."
+    french = "Les enfants jouent l'après-midi dans le grand jardin derrière la maison."
+    czech = "Děti si odpoledne hrají na velké zahradě za domem."
+    source = "The children play in the big garden behind the house in the afternoon."
+    train = {
+        "en-de": [*GOOD_TRAIN, (source, german), (source + " Really.", french)],
+        "en-fr": [*FR_TRAIN, (source, french), (source + " Really.", german)],
+        "en-cs": [*CS_TRAIN, (source, czech), (source + " Really.", french)],
+    }
+    paths = three_direction_corpus(tmp_path, train)
+
+    clean.run(directions_params(THREE, {"language_id": True}), paths)
+
+    assert {(r["tgt_lang"], r["tgt"], r["reason"]) for r in rejected_rows(paths)} == {
+        ("de", french, "wrong_language"),
+        ("fr", german, "wrong_language"),
+        ("cs", french, "wrong_language"),
+    }
+    kept = kept_by_direction(paths, "train")
+    assert (source, german) in kept["en-de"] and (source, french) in kept["en-fr"] and (source, czech) in kept["en-cs"]
+
+
+def test_language_id_candidates_include_every_language_of_the_directions(tmp_path):
+    # "cs" is not among the configured candidates: the row's own language is added, so Czech is still recognised.
+    czech = "Děti si odpoledne hrají na velké zahradě za domem."
+    train = {"en-de": GOOD_TRAIN, "en-fr": FR_TRAIN, "en-cs": [*CS_TRAIN, ("The children play in the garden.", czech)]}
+    paths = three_direction_corpus(tmp_path, train)
+
+    clean.run(directions_params(THREE, {"language_id": True, "language_id_candidates": ["en", "es"]}), paths)
+
+    assert ("The children play in the garden.", czech) in kept_by_direction(paths, "train")["en-cs"]
+    assert rejected_rows(paths) == []
+
+
+def test_punctuation_is_normalised_with_each_rows_own_language(tmp_path, monkeypatch):
+    # sacremoses moves a comma inside closing quotes for English only: the same texts in an en-de and a de-en row
+    # come out each side by its own language, in the same batch.
+    english, german = 'He said "yes", then he left the room.', 'Er sagte "ja", dann verließ er den Raum.'
+    train = {
+        "en-de": [*GOOD_TRAIN, (english, german)],
+        "de-en": [(german, english), ("Es regnet oft.", "It often rains.")],
+    }
+    write_mixed(tmp_path, "train", train)
+    write_mixed(tmp_path, "valid", {"en-de": VALID, "de-en": [("Es schneit.", "It snows.")]})
+    write_mixed(tmp_path, "test", {"en-de": TEST})
+    paths = Paths(tmp_path)
+
+    clean.run(parse({"data": {"directions": ["en-de", "de-en"]}}), paths)
+
+    english_normalised = 'He said "yes," then he left the room.'
+    kept = kept_by_direction(paths, "train")
+    assert kept["en-de"][-1] == (english_normalised, german)
+    assert kept["de-en"][0] == (german, english_normalised)
+
+
+def test_a_row_of_a_direction_params_do_not_list_names_the_file_and_direction(tmp_path):
+    paths = three_direction_corpus(tmp_path, {"en-de": GOOD_TRAIN, "en-fr": FR_TRAIN, "en-cs": CS_TRAIN})
+    # valid is cleaned first (training pairs are checked against it), so it is the file named.
+    with pytest.raises(InputFileError, match=r"valid\.parquet: rows of direction\(s\) en-cs, which data\.directions "
+                                             r"\(en-de, en-fr\) does not list"):
+        clean.run(directions_params(["en-de", "en-fr"]), paths)
+    assert not paths.clean.exists()
+
+
+def test_a_row_without_languages_names_the_file_and_line(tmp_path):
+    paths = raw_corpus(tmp_path, train=GOOD_TRAIN)
+    table = pq.read_table(paths.split_file(paths.raw, "valid"))
+    langs = pa.array(["en", None], pa.string())
+    pq.write_table(table.set_column(table.schema.get_field_index("src_lang"), "src_lang", langs),
+                   paths.split_file(paths.raw, "valid"))
+    with pytest.raises(InputFileError, match=r"valid\.parquet, line 2: a row without src_lang/tgt_lang"):
+        clean.run(parse({}), paths)
+
+
+def test_a_direction_whose_training_pairs_are_all_rejected_stops_the_stage_naming_it(tmp_path):
+    bad = [("The cat sleeps on the sofa.", "Кошка спит на диване."), ("Same", "Same")]
+    paths = three_direction_corpus(tmp_path, {"en-de": GOOD_TRAIN, "en-fr": FR_TRAIN, "en-cs": bad})
+    with pytest.raises(PipelineError, match=r"no training pairs of direction en-cs \(2 in .*train\.parquet\); "
+                                            r"rejected: \{'source_equals_target': 1, 'wrong_script': 1\}"):
+        clean.run(directions_params(THREE), paths)
+
+
+def test_a_direction_without_valid_pairs_stops_the_stage_naming_it(tmp_path):
+    train = {"en-de": GOOD_TRAIN, "en-fr": FR_TRAIN, "en-cs": CS_TRAIN}
+    paths = three_direction_corpus(tmp_path, train, valid={"en-de": VALID, "en-fr": FR_VALID})
+    with pytest.raises(PipelineError, match=r"valid\.parquet has no pairs of direction en-cs"):
+        clean.run(directions_params(THREE), paths)

@@ -11,7 +11,7 @@ from pipeline.artifacts import Paths, write_json
 from pipeline.cli import main, summary
 from pipeline.offline_pages import page_references
 from pipeline.plots_page import PLOTS_DIR
-from tests.unit.test_card import EVAL, EXPORT, TRAIN
+from tests.unit.test_card import EVAL, EVAL_MULTI, EXPORT, TRAIN
 
 DVC = Path(sys.executable).with_name("dvc")
 
@@ -23,9 +23,10 @@ def test_summary_gives_scores_signatures_training_export_and_pages(tmp_path):
     (paths.eval_dir).mkdir(parents=True)
     (paths.eval_dir / "index.html").write_text("<p>report</p>")
     text = summary(paths)
-    assert ("  newstest2014         BLEU  27.31   chrF  56.20   TER  60.50   length ratio 0.987   (3003 sentences)"
-            in text)
-    assert f"  signatures: bleu  {EVAL['newstest2014']['signature']['bleu']}" in text
+    assert ("  newstest2014 en-de         BLEU  27.31   chrF  56.20   TER  60.50   length ratio 0.987   "
+            "(3003 sentences)\n") in text
+    assert "  macro (mean of 2)          BLEU  29.41   chrF  58.11   TER  55.38\n" in text
+    assert f"  signatures: bleu  {EVAL['newstest2014']['en-de']['signature']['bleu']}" in text
     assert ("Training: 1200 steps (max_steps) in 4.8 min on 2 x cuda, bf16; best valid loss 3.21, valid BLEU 24.7"
             in text)
     assert ("Export (onnx, onnx_int8, torchscript): 100.0% of greedy outputs identical to PyTorch, max logit diff "
@@ -35,10 +36,30 @@ def test_summary_gives_scores_signatures_training_export_and_pages(tmp_path):
     assert f"{paths.root / 'models' / 'release'}  (missing)" in text
 
 
-def test_summary_of_an_older_eval_json_without_ter_or_length_ratio_still_reads(tmp_path):
+def test_summary_gives_every_direction_of_every_test_set_and_their_macro_average(tmp_path):
+    paths = Paths(tmp_path)
+    write_json(paths.metrics("eval"), EVAL_MULTI)
+    lines = summary(paths).splitlines()
+    assert lines[:4] == [
+        "Test scores (sacreBLEU, cased, detokenized):",
+        "  test en-de                 BLEU  30.12   chrF  58.30   TER  52.00   length ratio 0.990   (1000 sentences)",
+        "  test en-fr                 BLEU  40.50   chrF  65.25   TER  41.50   length ratio 1.010   (1000 sentences)",
+        "  macro (mean of 2)          BLEU  35.31   chrF  61.78   TER  46.75",
+    ]
+
+
+def test_summary_of_one_entry_has_no_macro_line(tmp_path):
+    paths = Paths(tmp_path)
+    write_json(paths.metrics("eval"), {"test": {"en-fr": EVAL_MULTI["test"]["en-fr"]},
+                                       "macro": {"bleu": 40.5, "chrf": 65.25, "ter": 41.5}})
+    text = summary(paths)
+    assert "  test en-fr " in text and "macro" not in text
+
+
+def test_summary_of_an_eval_json_from_before_directions_still_reads(tmp_path):
     paths = Paths(tmp_path)
     write_json(paths.metrics("eval"), {"test": {"bleu": 1.5, "chrf": 20.0, "sentences": 9, "signature": {"bleu": "s"}}})
-    assert "  test                 BLEU   1.50   chrF  20.00   (9 sentences)" in summary(paths)
+    assert "  test                       BLEU   1.50   chrF  20.00   (9 sentences)" in summary(paths)
 
 
 def dvclive_project(root: Path) -> Path:

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import artifacts
 from pipeline.artifacts import Paths
-from pipeline.errors import CorpusMisaligned, HubUnreachable, InputFileError
+from pipeline.errors import CorpusMisaligned, HubUnreachable, InputFileError, PipelineError
 from pipeline.params import parse
 from stages import download
 from tests.conftest import MULTI30K
@@ -68,7 +68,7 @@ def read_split(paths: Paths, split: str) -> dict[str, list]:
 # --- files: formats and layout --------------------------------------------------------------------------------
 
 
-def test_plain_and_gzip_inputs_give_parquet_with_src_tgt_origin_and_one_based_line(tmp_path):
+def test_plain_and_gzip_inputs_give_parquet_with_languages_origin_and_one_based_line(tmp_path):
     files = {
         "train": write_pair(tmp_path, "train", TRAIN),
         "valid": write_pair(tmp_path, "valid", VALID, gz=True),
@@ -81,8 +81,9 @@ def test_plain_and_gzip_inputs_give_parquet_with_src_tgt_origin_and_one_based_li
     expected = {"train": (TRAIN, "train.en"), "valid": (VALID, "valid.en.gz"), "test": (TEST, "test.en.gz")}
     for split, (pairs, origin) in expected.items():
         table = pq.read_table(paths.split_file(paths.raw, split))
-        assert table.column_names == ["src", "tgt", "origin", "line"]
+        assert table.column_names == ["src", "tgt", "src_lang", "tgt_lang", "origin", "line"]
         rows = table.to_pydict()
+        assert set(rows["src_lang"]) == {"en"} and set(rows["tgt_lang"]) == {"de"}
         assert list(zip(rows["src"], rows["tgt"], strict=True)) == pairs
         assert rows["line"] == list(range(1, len(pairs) + 1))
         assert set(rows["origin"]) == {origin}
@@ -123,8 +124,10 @@ def test_manifest_records_rows_per_split_and_sha256_of_every_input(tmp_path):
     download.run(files_params(files), paths)
 
     manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["source"] == "files"
+    assert manifest["source"] == "files" and manifest["directions"] == ["en-de"]
     assert manifest["splits"] == {"train": len(TRAIN), "valid": len(VALID), "test": len(TEST)}
+    assert manifest["rows_per_direction"] == {s: {"en-de": n} for s, n in manifest["splits"].items()}
+    assert "src_lang" not in manifest and "tgt_lang" not in manifest
     expected = {
         name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
         for entry in files.values()
@@ -281,7 +284,7 @@ def test_max_train_pairs_spreads_the_subsample_over_every_input_deterministicall
     assert train["line"] == [5, 10, 15, 20, 25, 30, 5, 10]  # every fifth pair
     assert read_split(again, "train")["line"] == train["line"]
     manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["subsample"] == {"max_train_pairs": 8, "method": "spread", "from_pairs": 40}
+    assert manifest["subsample"] == {"en-de": {"max_train_pairs": 8, "method": "spread", "from_pairs": 40}}
 
 
 # --- files: TSV, Moses-style directories, several inputs a split -------------------------------------------------
@@ -325,10 +328,11 @@ def test_a_tsv_names_its_column_languages_so_it_serves_both_directions(tmp_path)
     files["train"] = {"tsv": "train.tsv", "columns": ["en", "de"]}
     paths = Paths(tmp_path)
 
-    download.run(files_params(files, src_lang="de", tgt_lang="en"), paths)
+    download.run(files_params(files, directions=["de-en"]), paths)
 
     train = read_split(paths, "train")
     assert list(zip(train["tgt"], train["src"], strict=True)) == TRAIN
+    assert set(train["src_lang"]) == {"de"} and set(train["tgt_lang"]) == {"en"}
 
 
 @pytest.mark.parametrize(("line", "columns"), [("only one column", 1), ("a\tb\tc", 3), ("", 1)])
@@ -430,8 +434,8 @@ def test_the_sample_source_gives_train_valid_and_test_with_at_least_500_pairs(tm
 
 def test_the_sample_in_the_other_direction_swaps_source_and_target(tmp_path):
     en_de, de_en = Paths(tmp_path / "en-de"), Paths(tmp_path / "de-en")
-    download.run(parse({"data": {"source": "sample", "src_lang": "en", "tgt_lang": "de"}}), en_de)
-    download.run(parse({"data": {"source": "sample", "src_lang": "de", "tgt_lang": "en"}}), de_en)
+    download.run(parse({"data": {"source": "sample", "directions": ["en-de"]}}), en_de)
+    download.run(parse({"data": {"source": "sample", "directions": ["de-en"]}}), de_en)
 
     for split in ("train", "valid", "test"):
         forward, backward = read_split(en_de, split), read_split(de_en, split)
@@ -504,7 +508,7 @@ def test_wmt14_reads_the_pair_in_the_configured_direction_at_one_recorded_revisi
     paths = Paths(tmp_path)
 
     metrics = download.run(
-        parse({"data": {"source": "wmt14", "src_lang": "de", "tgt_lang": "en", "max_train_pairs": 5}}), paths
+        parse({"data": {"source": "wmt14", "directions": ["de-en"], "max_train_pairs": 5}}), paths
     )
 
     assert metrics == {"source": "wmt14", "train_pairs": 5, "valid_pairs": 3, "newstest2014_pairs": 2}
@@ -574,3 +578,261 @@ def test_wmt14_streams_through_datasets_from_a_repository_laid_out_like_the_hubs
     assert train["tgt"] == [f"Satz train {i}" for i in (2, 5, 8, 11)]
     assert train["line"] == [3, 6, 9, 12] and set(train["origin"]) == {f"{mirror}:de-en:train"}
     assert read_split(paths, "newstest2014")["src"] == ["sentence test 0", "sentence test 1"]
+
+
+# --- several directions ---------------------------------------------------------------------------------------
+
+FRENCH = {  # the French of TRAIN, VALID and TEST, line by line
+    "train": ["Un chien court dans le parc.", "Deux enfants jouent au football.", "La femme lit un livre.",
+              "Un homme roule sur un vélo rouge.", "Le soleil brille.", "Un chat dort sur le canapé."],
+    "valid": ["Il pleut.", "Le bus est en retard."],
+    "test": ["Un oiseau chante.", "La neige tombe."],
+}
+SPLITS = {"train": TRAIN, "valid": VALID, "test": TEST}
+
+
+def write_languages(root: Path, split: str, drop: str | None = None) -> dict[str, str]:
+    """`<split>.en`, `<split>.de` and `<split>.fr` (line-aligned; `drop` left unwritten); the {pattern} entry."""
+    lines = {"en": [s for s, _ in SPLITS[split]], "de": [t for _, t in SPLITS[split]], "fr": FRENCH[split]}
+    for lang, text in lines.items():
+        if lang != drop:
+            write_text(root / f"{split}.{lang}", text)
+    return {"pattern": f"{split}.{{lang}}"}
+
+
+def multi_params(files, directions=("en-de", "en-fr"), **data):
+    return files_params(files, directions=list(directions), **data)
+
+
+def rows_of(paths: Paths, split: str) -> list[tuple]:
+    table = read_split(paths, split)
+    return list(zip(table["src_lang"], table["tgt_lang"], table["src"], table["tgt"], table["line"], strict=True))
+
+
+def test_a_pattern_entry_gives_every_direction_its_two_languages_files_direction_by_direction(tmp_path):
+    files = {split: write_languages(tmp_path, split) for split in SPLITS}
+    paths = Paths(tmp_path)
+
+    metrics = download.run(multi_params(files), paths)
+
+    for split, pairs in SPLITS.items():
+        n = len(pairs)
+        expected = [("en", "de", s, t, i + 1) for i, (s, t) in enumerate(pairs)]
+        expected += [("en", "fr", s, f, i + 1) for i, ((s, _), f) in enumerate(zip(pairs, FRENCH[split], strict=True))]
+        assert rows_of(paths, split) == expected  # kept rows = input rows, per direction, in data.directions order
+        assert set(read_split(paths, split)["origin"]) == {f"{split}.en"}
+        assert metrics[f"{split}_pairs"] == 2 * n
+    assert metrics["train_pairs_en-de"] == metrics["train_pairs_en-fr"] == len(TRAIN)
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["directions"] == ["en-de", "en-fr"]
+    assert manifest["rows_per_direction"] == {s: {"en-de": len(p), "en-fr": len(p)} for s, p in SPLITS.items()}
+    assert manifest["splits"] == {s: 2 * len(p) for s, p in SPLITS.items()}
+    hashed = sorted(Path(p).name for p in manifest["inputs"])  # each file once, though both directions read en
+    assert hashed == sorted(f"{split}.{lang}" for split in SPLITS for lang in ("en", "de", "fr"))
+
+
+def test_a_tsv_with_columns_serves_the_direction_and_its_reverse_swapping_columns(tmp_path):
+    write_text(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in TRAIN])  # en TAB de
+    write_text(tmp_path / "valid.tsv", [f"{t}\t{s}" for s, t in VALID])  # de TAB en
+    files = {
+        "train": {"tsv": "train.tsv", "columns": ["en", "de"]},
+        "valid": {"tsv": "valid.tsv", "columns": ["de", "en"]},
+        "test": {"tsv": "valid.tsv", "columns": ["de", "en"]},
+    }
+    paths = Paths(tmp_path)
+
+    download.run(multi_params(files, directions=["de-en", "en-de"]), paths)
+
+    train = rows_of(paths, "train")
+    assert train == [("de", "en", t, s, i + 1) for i, (s, t) in enumerate(TRAIN)] + [
+        ("en", "de", s, t, i + 1) for i, (s, t) in enumerate(TRAIN)
+    ]
+    assert [(a, b, s, t) for a, b, s, t, _ in rows_of(paths, "valid")] == [("de", "en", t, s) for s, t in VALID] + [
+        ("en", "de", s, t) for s, t in VALID
+    ]
+
+
+def test_split_files_name_their_direction_and_rows_follow_the_order_of_data_directions(tmp_path):
+    for split in SPLITS:
+        write_languages(tmp_path, split)
+    files = {
+        split: [
+            {"src": f"{split}.en", "tgt": f"{split}.fr", "direction": "en-fr"},
+            {"src": f"{split}.de", "tgt": f"{split}.en", "direction": "de-en"},
+        ]
+        for split in SPLITS
+    }
+    paths = Paths(tmp_path)
+
+    download.run(multi_params(files, directions=["de-en", "en-fr"]), paths)
+
+    train = rows_of(paths, "train")
+    assert [(a, b) for a, b, *_ in train] == [("de", "en")] * len(TRAIN) + [("en", "fr")] * len(TRAIN)
+    assert train[0][2:4] == (TRAIN[0][1], TRAIN[0][0]) and train[len(TRAIN)][2:4] == (TRAIN[0][0], FRENCH["train"][0])
+
+
+def test_a_missing_language_file_is_an_error_naming_the_file_and_the_direction(tmp_path):
+    files = {split: write_languages(tmp_path, split, drop="fr" if split == "valid" else None) for split in SPLITS}
+    paths = Paths(tmp_path)
+
+    with pytest.raises(InputFileError) as err:
+        download.run(multi_params(files), paths)
+
+    assert str(tmp_path / "valid.fr") in str(err.value) and "file not found" in str(err.value)
+    assert "direction en-fr" in str(err.value) and "data.files.valid" in str(err.value)
+    assert not paths.raw.exists()
+
+
+def test_misaligned_language_files_are_an_error_naming_both_files_and_the_direction(tmp_path):
+    files = {split: write_languages(tmp_path, split) for split in SPLITS}
+    write_text(tmp_path / "train.fr", FRENCH["train"][:-1])
+
+    with pytest.raises(CorpusMisaligned) as err:
+        download.run(multi_params(files), Paths(tmp_path))
+
+    message = str(err.value)
+    assert str(tmp_path / "train.en") in message and str(tmp_path / "train.fr") in message
+    assert "direction en-fr" in message and (err.value.lines_src, err.value.lines_tgt) == (len(TRAIN), len(TRAIN) - 1)
+
+
+def test_a_direction_without_a_valid_input_is_an_error_naming_it_and_the_split(tmp_path):
+    for split in SPLITS:
+        write_languages(tmp_path, split)
+    files = {split: {"pattern": f"{split}.{{lang}}"} for split in SPLITS}
+    files["valid"] = {"src": "valid.en", "tgt": "valid.de", "direction": "en-de"}
+    paths = Paths(tmp_path)
+
+    with pytest.raises(PipelineError, match="direction en-fr has no input in split valid: data.files.valid serves en-"):
+        download.run(multi_params(files), paths)
+    assert not paths.raw.exists()
+
+
+def test_a_direction_without_any_test_input_is_an_error_naming_it(tmp_path):
+    for split in SPLITS:
+        write_languages(tmp_path, split)
+    files = {split: {"pattern": f"{split}.{{lang}}"} for split in SPLITS}
+    files["test"] = {"src": "test.en", "tgt": "test.fr", "direction": "en-fr"}
+
+    with pytest.raises(PipelineError, match=r"direction en-de has no input in any test split \(test\)"):
+        download.run(multi_params(files), Paths(tmp_path))
+
+
+def test_a_test_split_may_hold_some_of_the_directions_only(tmp_path):
+    files = {split: write_languages(tmp_path, split) for split in SPLITS}
+    files["flickr"] = {"src": "test.en", "tgt": "test.fr", "direction": "en-fr"}
+    paths = Paths(tmp_path)
+
+    metrics = download.run(multi_params(files), paths)
+
+    assert {(a, b) for a, b, *_ in rows_of(paths, "flickr")} == {("en", "fr")}
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["rows_per_direction"]["flickr"] == {"en-fr": len(TEST)} and metrics["flickr_pairs"] == len(TEST)
+
+
+def test_max_train_pairs_caps_every_direction_on_its_own(tmp_path):
+    german = [(f"sentence {i}", f"Satz {i}") for i in range(30)]
+    french = [(f"sentence {i}", f"phrase {i}") for i in range(10)]
+    write_text(tmp_path / "fr.en", [s for s, _ in french])
+    write_text(tmp_path / "fr.fr", [t for _, t in french])
+    to_french = {"src": "fr.en", "tgt": "fr.fr", "direction": "en-fr"}
+    files = {split: [entry | {"direction": "en-de"}, to_french] for split, entry in corpus_files(tmp_path).items()}
+    files["train"][0] = write_pair(tmp_path, "de", german) | {"direction": "en-de"}
+    paths = Paths(tmp_path)
+
+    metrics = download.run(multi_params(files, max_train_pairs=5), paths)
+
+    train = read_split(paths, "train")
+    by_direction = {d: [n for n, a, b in zip(train["line"], train["src_lang"], train["tgt_lang"], strict=True)
+                        if f"{a}-{b}" == d] for d in ("en-de", "en-fr")}
+    assert by_direction == {"en-de": [6, 12, 18, 24, 30], "en-fr": [2, 4, 6, 8, 10]}  # spread within each direction
+    assert metrics["train_pairs_en-de"] == metrics["train_pairs_en-fr"] == 5 and metrics["train_pairs"] == 10
+    assert metrics["valid_pairs"] == len(VALID) + len(french)  # only train is capped
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["subsample"] == {
+        "en-de": {"max_train_pairs": 5, "method": "spread", "from_pairs": 30},
+        "en-fr": {"max_train_pairs": 5, "method": "spread", "from_pairs": 10},
+    }
+
+    download.run(multi_params(files, max_train_pairs=3, subsample="head"), paths)
+    assert read_split(paths, "train")["line"] == [1, 2, 3, 1, 2, 3]
+
+
+def test_a_moses_directory_serves_each_direction_its_pairs_and_nothing_to_a_language_it_lacks(tmp_path):
+    (tmp_path / "moses").mkdir()
+    for lang, text in {"en": TRAIN[:2], "de": TRAIN[:2]}.items():
+        write_text(tmp_path / "moses" / f"europarl.{lang}", [p[0] if lang == "en" else p[1] for p in text])
+    write_text(tmp_path / "moses" / "europarl.fr", FRENCH["train"][:2])
+    write_text(tmp_path / "cs.en", ["A house."])
+    write_text(tmp_path / "cs.cs", ["Dům."])
+    cs = {"src": "cs.en", "tgt": "cs.cs", "direction": "en-cs"}
+    files: dict[str, list] = {"train": [{"dir": "moses"}, cs]}
+    for split in ("valid", "test"):
+        write_languages(tmp_path, split)
+        to = [{"src": f"{split}.en", "tgt": f"{split}.{lang}", "direction": f"en-{lang}"} for lang in ("de", "fr")]
+        files[split] = [*to, cs]
+    paths = Paths(tmp_path)
+
+    download.run(multi_params(files, directions=["en-de", "en-fr", "en-cs"]), paths)
+
+    train = rows_of(paths, "train")
+    assert [(a, b, t) for a, b, _, t, _ in train] == [
+        ("en", "de", TRAIN[0][1]), ("en", "de", TRAIN[1][1]),
+        ("en", "fr", FRENCH["train"][0]), ("en", "fr", FRENCH["train"][1]),
+        ("en", "cs", "Dům."),
+    ]
+
+    write_text(tmp_path / "moses" / "news.en", ["An orphan."])
+    write_text(tmp_path / "moses" / "news.de", ["Eine Waise."])
+    with pytest.raises(InputFileError, match=r"news\.en: has no partner news\.fr"):
+        download.run(multi_params(files, directions=["en-de", "en-fr", "en-cs"]), paths)
+
+
+def test_the_sample_gives_both_of_its_directions_in_one_file_per_split(tmp_path):
+    paths = Paths(tmp_path)
+    metrics = download.run(parse({"data": {"source": "sample", "directions": ["en-de", "de-en"]}}), paths)
+
+    for split in ("train", "valid", "test"):
+        rows = read_split(paths, split)
+        half = len(rows["src"]) // 2
+        assert rows["src_lang"] == ["en"] * half + ["de"] * half
+        assert rows["src"][:half] == rows["tgt"][half:] and rows["tgt"][:half] == rows["src"][half:]
+    assert metrics["train_pairs_en-de"] == metrics["train_pairs_de-en"] == metrics["train_pairs"] // 2
+
+
+def test_wmt14_reads_each_direction_from_its_config_in_its_orientation_into_one_file(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_load(config, split, revision):
+        calls.append((config, split))
+        x = config.split("-")[0]
+        size = {"train": 6, "validation": 2, "test": 1}[split]
+        rows = [{"translation": {x: f"{x} {split} {i}", "en": f"en/{x} {split} {i}"}} for i in range(size)]
+        return rows, size
+
+    monkeypatch.setattr(download, "_check_hub_reachable", lambda: None)
+    monkeypatch.setattr(download, "_resolve_revision", lambda revision: "0123abc")
+    monkeypatch.setattr(download, "_load_wmt14", fake_load)
+    paths = Paths(tmp_path)
+
+    data = {"source": "wmt14", "directions": ["en-de", "ru-en"], "max_train_pairs": 3}
+    metrics = download.run(parse({"data": data}), paths)
+
+    assert {config for config, _ in calls} == {"de-en", "ru-en"}
+    assert metrics == {"source": "wmt14", "train_pairs": 6, "valid_pairs": 4, "newstest2014_pairs": 2,
+                       "train_pairs_en-de": 3, "train_pairs_ru-en": 3}
+    train = rows_of(paths, "train")
+    assert [(a, b, s, t) for a, b, s, t, _ in train] == [
+        ("en", "de", f"en/de train {i}", f"de train {i}") for i in (1, 3, 5)
+    ] + [("ru", "en", f"ru train {i}", f"en/ru train {i}") for i in (1, 3, 5)]
+    assert set(read_split(paths, "newstest2014")["origin"]) == {"wmt/wmt14:de-en:test", "wmt/wmt14:ru-en:test"}
+    manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["rows_per_direction"]["valid"] == {"en-de": 2, "ru-en": 2}
+    assert set(manifest["subsample"]) == {"en-de", "ru-en"}
+
+
+def test_wmt14_config_is_the_pair_with_english_whatever_the_orientation():
+    from pipeline.languages import Direction
+
+    assert [download.wmt14_config(Direction.parse(d)) for d in ("en-cs", "cs-en", "hi-en", "en-ru")] == [
+        "cs-en", "cs-en", "hi-en", "ru-en"
+    ]

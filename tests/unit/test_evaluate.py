@@ -1,30 +1,41 @@
-"""The evaluate stage: beam search on every test set, BLEU/chrF/TER with signatures keyed by test set, hypotheses,
-a per-sentence table, a markdown report of the best and worst sentences and the same as a page that loads nothing.
+"""The evaluate stage: beam search on every test set of every direction, BLEU/chrF/TER with signatures keyed by test
+set and direction (and their macro average), hypotheses, a per-sentence table, a markdown report of the best and
+worst sentences and the same as a page that loads nothing.
 
-One module-scoped run of the stage on the untrained tiny model (two small test sets, beam 2) serves the file
-assertions; the scoring helpers are pinned on hand-made sentences.
+One module-scoped run of the stage on the untrained one-direction tiny model (two small test sets, beam 2) serves
+the file assertions; another on an untrained tiny en-de + en-fr model whose tokenizer has the target tags, with
+its tokenizer recording what it encodes, serves the multi-direction ones; the scoring helpers are pinned on
+hand-made sentences.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from pipeline.artifacts import Paths, read_json
-from pipeline.errors import MissingArtifact
-from pipeline.params import parse
+from pipeline.corpus import read_pairs_by_direction
+from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.languages import LANGUAGES_FILE, Directions
+from pipeline.params import MACRO, parse
 from stages import evaluate
 from stages.evaluate.length_plot import length_bins, length_plot_svg, nice_step
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
+from stages.evaluate.results import DirectionResult
+from tests.conftest import multi30k_lines, write_clean_splits, write_pair_parquet
 from tests.unit.export_helpers import one_torch_thread
+from tests.unit.tagged_model import tagged_tiny_model
 
 pytestmark = pytest.mark.usefixtures("torch_on_one_thread")
 
 TEST_SETS = {"test": 10, "test_b": 6}
+ENTRY_KEYS = {"bleu", "chrf", "ter", "signature", "length_ratio", "sentences"}
+EVALUATE = {"evaluate": {"beam": 2, "report_sentences": 3, "max_len_b": 5}}
 
 
 def write_test_split(source: Path, target: Path, start: int, rows: int) -> None:
@@ -38,6 +49,8 @@ def write_test_split(source: Path, target: Path, start: int, rows: int) -> None:
 def evaluated(tiny_model_dir, tmp_path_factory):
     paths = Paths(tmp_path_factory.mktemp("evaluate"))
     shutil.copytree(tiny_model_dir, paths.final_model)
+    if not (paths.final_model / LANGUAGES_FILE).exists():
+        Directions.of(["en-de"]).write(paths.final_model)
     paths.clean.mkdir(parents=True)
     clean = tiny_model_dir.parent.parent / "data" / "clean"
     for split in ("train", "valid"):
@@ -46,10 +59,52 @@ def evaluated(tiny_model_dir, tmp_path_factory):
     for split, rows in TEST_SETS.items():
         write_test_split(clean / "test.parquet", paths.split_file(paths.clean, split), start, rows)
         start += rows
-    params = parse({"evaluate": {"beam": 2, "report_sentences": 3, "max_len_b": 5}})
     with one_torch_thread():
-        summary = evaluate.run(params, paths)
+        summary = evaluate.run(parse(EVALUATE), paths)
     return paths, summary
+
+
+class RecordingTokenizer:
+    """The model's own tokenizer, recording each text the stage asks it to encode with the ids it gave back."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.encoded: list[tuple[str, list[int]]] = []
+
+    def __call__(self, texts, **kwargs):
+        out = self.tokenizer(texts, **kwargs)
+        self.encoded += list(zip(texts, out.input_ids, strict=True))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+
+# en-de and en-fr in `test` (6 rows each); en-fr only in `test_fr` (4 rows)
+MULTI = ("en-de", "en-fr")
+MULTI_TEST_SETS = {"test": {"en-de": 6, "en-fr": 6}, "test_fr": {"en-fr": 4}}
+
+
+@pytest.fixture(scope="module")
+def evaluated_multi(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaluate_multi")
+    tagged_tiny_model(root, MULTI, {"train": 300, "valid": 10, "test": 6})
+    paths = Paths(root)
+    english, french = (multi30k_lines("test_2016_flickr", lang)[10:14] for lang in ("en", "fr"))
+    test_fr = list(zip(english, french, strict=True))
+    write_pair_parquet(paths.split_file(paths.clean, "test_fr"), test_fr, "test_2016_flickr.en", "en-fr")
+    recorder: list[RecordingTokenizer] = []
+
+    def load_recording(model_dir):
+        model, tokenizer = real_load(model_dir)
+        recorder.append(RecordingTokenizer(tokenizer))
+        return model, recorder[-1]
+
+    real_load = evaluate.load_model
+    with pytest.MonkeyPatch.context() as patch, one_torch_thread():
+        patch.setattr(evaluate, "load_model", load_recording)
+        summary = evaluate.run(parse(EVALUATE), paths)
+    return paths, summary, recorder[0]
 
 
 def read_table(path: Path) -> list[dict[str, str]]:
@@ -57,22 +112,34 @@ def read_table(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
+def mean_of(entries: list[dict]) -> dict[str, float]:
+    return {key: round(sum(e[key] for e in entries) / len(entries), 2) for key in ("bleu", "chrf", "ter")}
+
+
+def reports(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
 # --------------------------------------------------------------------------------------------------- the stage
 
 
-def test_eval_json_holds_bleu_chrf_ter_and_their_signatures_for_every_test_set(evaluated):
+def test_eval_json_holds_bleu_chrf_ter_and_signatures_for_every_test_set_keyed_by_direction(evaluated):
     paths, summary = evaluated
     metrics = read_json(paths.metrics("eval"))
-    assert list(metrics) == list(TEST_SETS)
+    assert list(metrics) == [*TEST_SETS, MACRO]
     for split, rows in TEST_SETS.items():
-        scores = metrics[split]
-        assert {"bleu", "chrf", "ter", "signature", "sentences", "seconds"} <= set(scores)
+        assert list(metrics[split]) == ["en-de"]  # keyed by direction also for one: `test.en-de.bleu`
+        scores = metrics[split]["en-de"]
+        assert set(scores) == ENTRY_KEYS  # no timing: the file is the same for every run of the model
         assert scores["sentences"] == rows
         assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100 and scores["ter"] >= 0
         assert "tok:13a" in scores["signature"]["bleu"] and "case:mixed" in scores["signature"]["bleu"]
         assert "nc:6" in scores["signature"]["chrf"]
         assert "case:mixed" in scores["signature"]["ter"] and "tok:tercom" in scores["signature"]["ter"]
-    assert summary == {f"{split}_bleu": metrics[split]["bleu"] for split in TEST_SETS}
+    entries = [metrics[split]["en-de"] for split in TEST_SETS]
+    assert metrics[MACRO] == mean_of(entries)
+    assert summary == {**{f"{split}.en-de.bleu": metrics[split]["en-de"]["bleu"] for split in TEST_SETS},
+                       **{f"macro.{key}": value for key, value in metrics[MACRO].items()}}
 
 
 def test_scores_are_sacrebleus_on_the_written_hypotheses_and_references(evaluated):
@@ -83,12 +150,13 @@ def test_scores_are_sacrebleus_on_the_written_hypotheses_and_references(evaluate
     paths, _ = evaluated
     metrics = read_json(paths.metrics("eval"))
     for split, rows in TEST_SETS.items():
-        hyps = (paths.eval_dir / f"{split}.hyp.txt").read_text(encoding="utf-8").split("\n")
+        hyps = (paths.eval_dir / f"{split}.en-de.hyp.txt").read_text(encoding="utf-8").split("\n")
         assert hyps[-1] == "" and len(hyps) == rows + 1
         _, refs = read_pairs(paths.split_file(paths.clean, split))
-        assert metrics[split]["bleu"] == round(BLEU().corpus_score(hyps[:-1], [refs]).score, 2)
-        assert metrics[split]["chrf"] == round(CHRF().corpus_score(hyps[:-1], [refs]).score, 2)
-        assert metrics[split]["ter"] == round(TER(case_sensitive=True).corpus_score(hyps[:-1], [refs]).score, 2)
+        scores = metrics[split]["en-de"]
+        assert scores["bleu"] == round(BLEU().corpus_score(hyps[:-1], [refs]).score, 2)
+        assert scores["chrf"] == round(CHRF().corpus_score(hyps[:-1], [refs]).score, 2)
+        assert scores["ter"] == round(TER(case_sensitive=True).corpus_score(hyps[:-1], [refs]).score, 2)
 
 
 def test_the_sentence_table_has_src_ref_hyp_and_sentence_bleu_in_test_set_order(evaluated):
@@ -96,9 +164,9 @@ def test_the_sentence_table_has_src_ref_hyp_and_sentence_bleu_in_test_set_order(
 
     paths, _ = evaluated
     for split, rows in TEST_SETS.items():
-        table = read_table(paths.eval_dir / f"{split}.sentences.tsv")
+        table = read_table(paths.eval_dir / f"{split}.en-de.sentences.tsv")
         sources, refs = read_pairs(paths.split_file(paths.clean, split))
-        hyps = (paths.eval_dir / f"{split}.hyp.txt").read_text(encoding="utf-8").splitlines()
+        hyps = (paths.eval_dir / f"{split}.en-de.hyp.txt").read_text(encoding="utf-8").splitlines()
         assert list(table[0]) == ["line", "src", "ref", "hyp", "sentence_bleu"]
         assert [r["line"] for r in table] == [str(i) for i in range(1, rows + 1)]
         assert [r["src"] for r in table] == sources
@@ -114,10 +182,12 @@ def test_the_report_gives_the_scores_and_the_best_and_worst_sentences_per_test_s
     assert report.startswith("# Evaluation\n")
     assert "Beam 2, length penalty 1.0" in report
     for split in TEST_SETS:
-        assert f"| {split} | {metrics[split]['sentences']} | {metrics[split]['bleu']:.2f} |" in report
-        assert f"## {split}" in report
+        scores = metrics[split]["en-de"]
+        assert f"| {split} | en-de | {scores['sentences']} | {scores['bleu']:.2f} |" in report
+        assert f"## {split}, en-de" in report
+    assert f"| macro | mean of 2 | | {metrics[MACRO]['bleu']:.2f} |" in report
     assert report.count("Best 3 by sentence BLEU") == report.count("Worst 3 by sentence BLEU") == len(TEST_SETS)
-    assert metrics["test"]["signature"]["ter"] in report
+    assert metrics["test"]["en-de"]["signature"]["ter"] in report
 
 
 def test_a_sentences_translation_does_not_depend_on_the_sentences_batched_with_it(tiny_model_dir):
@@ -139,6 +209,114 @@ def test_a_sentences_translation_does_not_depend_on_the_sentences_batched_with_i
 def test_a_missing_final_model_names_the_train_stage(tmp_path):
     with pytest.raises(MissingArtifact, match="it is produced by the 'train' stage"):
         evaluate.run(parse({}), Paths(tmp_path))
+
+
+# --------------------------------------------------------------------------------------------------- directions
+
+
+def test_every_direction_of_every_test_set_is_scored_and_macro_is_their_mean(evaluated_multi):
+    paths, summary, _ = evaluated_multi
+    metrics = read_json(paths.metrics("eval"))
+    assert list(metrics) == [*MULTI_TEST_SETS, MACRO]
+    entries = []
+    for split, directions in MULTI_TEST_SETS.items():
+        assert list(metrics[split]) == list(directions)
+        for direction, rows in directions.items():
+            scores = metrics[split][direction]
+            assert set(scores) == ENTRY_KEYS and scores["sentences"] == rows
+            entries.append(scores)
+    assert len(entries) == 3
+    assert metrics[MACRO] == mean_of(entries)
+    assert set(summary) == {"test.en-de.bleu", "test.en-fr.bleu", "test_fr.en-fr.bleu", "macro.bleu", "macro.chrf",
+                            "macro.ter"}
+
+
+def test_each_source_reaches_the_tokenizer_with_its_targets_tag_as_one_token(evaluated_multi):
+    paths, _, recorder = evaluated_multi
+    tokenizer = recorder.tokenizer
+    expected = []
+    for split in MULTI_TEST_SETS:
+        for direction, (_, sources, _) in read_pairs_by_direction(paths.split_file(paths.clean, split)).items():
+            expected += [(f">>{direction.split('-')[1]}<< {s}", s) for s in sources]
+    assert [text for text, _ in recorder.encoded] == [tagged for tagged, _ in expected]
+    for (text, ids), (_, source) in zip(recorder.encoded, expected, strict=True):
+        tag_id = tokenizer.convert_tokens_to_ids(text[:6])
+        assert tag_id != tokenizer.unk_token_id
+        # the tag, then exactly the ids of the untagged source
+        assert ids == [tag_id, *tokenizer(source).input_ids]
+
+
+def test_the_sentence_tables_and_hypotheses_are_per_direction_with_untagged_sources(evaluated_multi):
+    paths, _, _ = evaluated_multi
+    for split, directions in MULTI_TEST_SETS.items():
+        grouped = read_pairs_by_direction(paths.split_file(paths.clean, split))
+        for direction, rows in directions.items():
+            table = read_table(paths.eval_dir / f"{split}.{direction}.sentences.tsv")
+            hyps = (paths.eval_dir / f"{split}.{direction}.hyp.txt").read_text(encoding="utf-8").splitlines()
+            _, sources, refs = grouped[direction]
+            assert [r["src"] for r in table] == sources and [r["ref"] for r in table] == refs
+            assert [r["hyp"] for r in table] == hyps and len(hyps) == rows
+    assert not (paths.eval_dir / "test_fr.en-de.hyp.txt").exists()
+
+
+def test_the_reports_list_scores_and_best_and_worst_sentences_per_direction(evaluated_multi):
+    from pipeline.offline_pages import page_references
+
+    paths, _, _ = evaluated_multi
+    metrics = read_json(paths.metrics("eval"))
+    report = (paths.eval_dir / "report.md").read_text(encoding="utf-8")
+    html = (paths.eval_dir / "index.html").read_text(encoding="utf-8")
+    for split, directions in MULTI_TEST_SETS.items():
+        for direction in directions:
+            scores = metrics[split][direction]
+            assert f"| {split} | {direction} | {scores['sentences']} | {scores['bleu']:.2f} |" in report
+            assert f"## {split}, {direction}" in report
+            assert f'<section id="{split}.{direction}"><h2>{split}, {direction}</h2>' in html
+            assert f'href="#{split}.{direction}"' in html and f'href="{split}.{direction}.sentences.tsv"' in html
+    assert f"| macro | mean of 3 | | {metrics[MACRO]['bleu']:.2f} | {metrics[MACRO]['chrf']:.2f} |" in report
+    assert report.count("Best 3 by sentence BLEU") == html.count("Best 3 by sentence BLEU") == 3
+    assert html.count('<svg class="length-plot"') == 3 and html.count('<circle class="dot"') == 16
+    assert page_references(paths.eval_dir / "index.html") == []
+
+
+def test_a_second_run_writes_the_same_reports_byte_for_byte(evaluated_multi):
+    paths, _, _ = evaluated_multi
+    before, metrics = reports(paths.eval_dir), paths.metrics("eval").read_bytes()
+    with one_torch_thread():
+        evaluate.run(parse(EVALUATE), paths)
+    assert reports(paths.eval_dir) == before and paths.metrics("eval").read_bytes() == metrics
+
+
+def fake_model_dir(paths: Paths, directions: list[str] | None) -> None:
+    """A models/final the stage checks before loading anything: config.json and, unless None, languages.json."""
+    paths.final_model.mkdir(parents=True)
+    (paths.final_model / "config.json").write_text(json.dumps({"model_type": "marian"}))
+    if directions is not None:
+        Directions.of(directions).write(paths.final_model)
+
+
+def test_a_direction_the_model_does_not_translate_is_named_before_anything_is_decoded(tmp_path, monkeypatch):
+    paths = Paths(tmp_path)
+    fake_model_dir(paths, ["en-de", "en-fr"])
+    write_clean_splits(tmp_path, {"test": 3}, ("en-de", "de-en"))
+
+    def never(_):
+        raise AssertionError("the model was loaded before the test sets were checked")
+
+    monkeypatch.setattr(evaluate, "load_model", never)
+    with pytest.raises(evaluate.UntranslatedDirection) as raised:
+        evaluate.run(parse({}), paths)
+    message = str(raised.value)
+    assert "test.parquet" in message and "de-en (3 rows)" in message and "en-de, en-fr" in message
+    assert "en-de (" not in message
+    assert not paths.eval_dir.exists() and not paths.metrics("eval").exists()
+
+
+def test_a_model_without_its_languages_file_names_it(tmp_path):
+    paths = Paths(tmp_path)
+    fake_model_dir(paths, None)
+    with pytest.raises(PipelineError, match=f"{LANGUAGES_FILE}: not found"):
+        evaluate.run(parse({}), paths)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -169,7 +347,8 @@ def test_the_table_and_the_report_survive_tabs_quotes_and_pipes_in_sentences(tmp
     rows = evaluate.score_sentences(['He said "hi"\tthen left | ok'], ["a | b"], ["a | b"])
     evaluate.write_sentence_table(tmp_path / "t.tsv", rows)
     assert read_table(tmp_path / "t.tsv")[0]["src"] == 'He said "hi"\tthen left | ok'
-    report = markdown_report({}, {"t": rows}, parse({}).evaluate)
+    result = DirectionResult("t", "en-de", {**evaluate.score(["a | b"], ["a | b"]), "sentences": 1}, rows)
+    report = markdown_report([result], parse({}).evaluate)
     line = next(x for x in report.splitlines() if x.startswith("| 1 |"))
     assert line.count(" | ") == 4 and "a \\| b" in line
 
@@ -182,9 +361,9 @@ def test_eval_json_has_bleus_length_ratio_of_the_written_hypotheses(evaluated):
     paths, _ = evaluated
     metrics = read_json(paths.metrics("eval"))
     for split in TEST_SETS:
-        hyps = (paths.eval_dir / f"{split}.hyp.txt").read_text(encoding="utf-8").splitlines()
+        hyps = (paths.eval_dir / f"{split}.en-de.hyp.txt").read_text(encoding="utf-8").splitlines()
         _, refs = read_pairs(paths.split_file(paths.clean, split))
-        assert metrics[split]["length_ratio"] == round(BLEU().corpus_score(hyps, [refs]).ratio, 3)
+        assert metrics[split]["en-de"]["length_ratio"] == round(BLEU().corpus_score(hyps, [refs]).ratio, 3)
 
 
 def test_the_html_report_shows_every_test_sets_scores_plot_and_sentences_and_loads_nothing(evaluated):
@@ -195,10 +374,11 @@ def test_the_html_report_shows_every_test_sets_scores_plot_and_sentences_and_loa
     html = page.read_text(encoding="utf-8")
     metrics = read_json(paths.metrics("eval"))
     for split in TEST_SETS:
-        assert f'<section id="{split}">' in html
-        assert f"{metrics[split]['bleu']:.2f}" in html and f"{metrics[split]['length_ratio']:.3f}" in html
-        assert metrics[split]["signature"]["chrf"] in html
-        assert f'href="{split}.sentences.tsv"' in html
+        scores = metrics[split]["en-de"]
+        assert f'<section id="{split}.en-de">' in html
+        assert f"{scores['bleu']:.2f}" in html and f"{scores['length_ratio']:.3f}" in html
+        assert scores["signature"]["chrf"] in html
+        assert f'href="{split}.en-de.sentences.tsv"' in html
     assert html.count('<svg class="length-plot"') == len(TEST_SETS)
     assert html.count('<circle class="dot"') == sum(TEST_SETS.values())
     assert html.count("Best 3 by sentence BLEU") == html.count("Worst 3 by sentence BLEU") == len(TEST_SETS)
@@ -209,8 +389,8 @@ def test_the_html_report_shows_every_test_sets_scores_plot_and_sentences_and_loa
 
 def test_the_html_report_escapes_sentences():
     rows = evaluate.score_sentences(['<script>alert("x")</script> & co'], ["a < b"], ["a < b"])
-    html = html_report({"t": {**evaluate.score(["a < b"], ["a < b"]), "sentences": 1}}, {"t": rows},
-                       parse({}).evaluate)
+    result = DirectionResult("t", "en-de", {**evaluate.score(["a < b"], ["a < b"]), "sentences": 1}, rows)
+    html = html_report([result], parse({}).evaluate)
     assert "<script>alert" not in html and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co" in html
     assert "a &lt; b" in html
 

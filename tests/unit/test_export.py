@@ -2,7 +2,9 @@
 export directory, and a parity gate that fails the stage.
 
 One export of the sharpened tiny model (the session fixture `exported`, tests/unit/conftest.py) serves most
-assertions; the gate-failure and switch cases run the stage again on their own roots, reusing its ONNX graphs.
+assertions, and one of a two-target model (en-de and en-fr, sources tagged >>de<< / >>fr<<: `two_target_exported`)
+the multi-direction ones; the gate-failure and switch cases run the stage again on their own roots, reusing the
+ONNX graphs.
 """
 
 from __future__ import annotations
@@ -18,13 +20,21 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import Paths, read_json
-from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed
+from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed, PipelineError
 from pipeline.export_format import ExportManifest
+from pipeline.languages import Directions
 from pipeline.params import ParamsError, parse
 from pipeline.translate import OnnxSeq2Seq
 from stages import export
-from stages.export import gate, onnx_graphs, quiet, wrappers
-from tests.unit.export_helpers import CTRANSLATE2_INSTALLED, PARITY_SENTENCES, export_params, load_model
+from stages.export import gate, onnx_graphs, quiet, stage_inputs, wrappers
+from tests.conftest import write_pair_parquet
+from tests.unit.export_helpers import (
+    CTRANSLATE2_INSTALLED,
+    PARITY_SENTENCES,
+    TWO_TARGETS,
+    export_params,
+    load_model,
+)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning"),
@@ -255,6 +265,13 @@ def test_metrics_report_parity_figures_under_the_thresholds_and_the_int8_bleu_de
     assert 0 <= int8["identical_share"] <= 1
     assert int8["bleu_delta"] == round(int8["bleu"] - metrics["bleu"]["pytorch"], 2)
     assert metrics["thresholds"] == {"max_logit_diff": 1e-4, "min_identical": 0.99, "max_bleu_delta": 0.1}
+    # One direction: its report is the overall one (without the costs), from the test split.
+    assert list(metrics["directions"]) == ["en-de"]
+    en_de = metrics["directions"]["en-de"]
+    assert en_de["split"] == "test" and en_de["n_sentences"] == PARITY_SENTENCES
+    for key in ("identical_share", "emitted_pad", "bleu"):
+        assert en_de[key] == metrics[key]
+    assert en_de["onnx"] == {k: v for k, v in metrics["onnx"].items() if k.endswith("_max_abs_diff")}
     diffs = [v for f in expected_diffs for k, v in metrics[f].items() if k.endswith("_max_abs_diff")]
     assert summary == {
         "identical_share": metrics["identical_share"],
@@ -277,7 +294,10 @@ def test_export_dir_is_self_contained_with_tokenizer_config_and_manifest(exporte
     assert (paths.export / "generation_config.json").is_file()
 
     manifest = read_json(paths.export / "export.json")
-    assert manifest["version"] == 4
+    assert manifest["version"] == 5
+    assert (manifest["directions"], manifest["target_tags"]) == (["en-de"], False)
+    assert Directions.read(paths.export) == Directions.of(["en-de"])
+    assert "languages.json" in manifest["model_files"]
     assert manifest["kv_cache"] is True
     assert manifest["files"]["onnx"] == {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
     assert manifest["files"]["onnx_int8"] == {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -341,7 +361,7 @@ def test_a_perturbed_onnx_decoder_fails_the_gate_and_publishes_nothing(exported,
         return dataclasses.replace(out, logits=out.logits + noise)
 
     monkeypatch.setattr(OnnxSeq2Seq, "decode", perturbed)
-    with pytest.raises(ParityFailed, match=r"onnx decoder max abs diff .* > max_logit_diff 0\.0001") as failure:
+    with pytest.raises(ParityFailed, match=r"en-de: onnx decoder max abs diff .* > max_logit_diff 0\.0001") as failure:
         export.run(export_params(int8=False, torchscript=False, parity_sentences=4), paths)
     assert "onnx decoder cached max abs diff" in str(failure.value)
     assert not paths.export.exists()
@@ -373,6 +393,140 @@ def test_gate_names_every_figure_over_its_threshold():
     report.update(torchscript={"encoder_max_abs_diff": 0.0, "decoder_max_abs_diff": 0.0}, emitted_pad=False,
                   identical_share=0.99, bleu={"pytorch": 20.0, "onnx": 19.9, "delta": 0.1})
     assert gate.parity_failures(report, params.export) == []
+
+
+def test_the_gate_names_the_direction_of_each_failure():
+    params = export_params()
+    passing = {"n_sentences": 4, "onnx": {"encoder_max_abs_diff": 1e-6}, "identical_share": 1.0,
+               "emitted_pad": False, "bleu": {"pytorch": 1.0, "onnx": 1.0, "delta": 0.0}}
+    failing = {**passing, "onnx": {"encoder_max_abs_diff": 0.5}, "identical_share": 0.5}
+    report = {**passing, "directions": {"en-de": passing, "en-fr": failing}}
+    assert gate.direction_failures(report, params.export) == [
+        "en-fr: onnx encoder max abs diff 0.5 > max_logit_diff 0.0001",
+        "en-fr: onnx greedy outputs identical to PyTorch for 50.00% of 4 sentences < min_identical 99.00%",
+    ]
+    report["directions"]["en-fr"] = passing
+    assert gate.direction_failures(report, params.export) == []
+
+
+# --------------------------------------------------------------------------------------------------- directions
+
+
+def test_a_two_target_export_records_its_directions_and_its_tokenizer_keeps_each_tag_whole(two_target_exported):
+    from transformers import AutoTokenizer
+
+    paths = two_target_exported
+    manifest = ExportManifest.read(paths.export)
+    assert (manifest.directions, manifest.target_tags) == (TWO_TARGETS, True)
+    assert Directions.read(paths.export) == Directions.of(TWO_TARGETS)
+    assert "languages.json" in manifest.model_files
+    tokenizer = AutoTokenizer.from_pretrained(paths.export)
+    for tag in (">>de<<", ">>fr<<"):
+        ids = tokenizer(f"{tag} A dog runs.")["input_ids"]
+        assert ids[0] == tokenizer.convert_tokens_to_ids(tag) != tokenizer.unk_token_id
+        assert ids[1:] == tokenizer("A dog runs.")["input_ids"]
+
+
+def test_parity_is_checked_and_reported_for_every_direction_on_its_own_tagged_sentences(two_target_exported):
+    paths = two_target_exported
+    thresholds = export_params().export
+    metrics = read_json(paths.metrics("export"))
+    per_direction = metrics["directions"]
+    assert list(per_direction) == list(TWO_TARGETS)
+    for report in per_direction.values():
+        assert report["split"] == "test" and report["n_sentences"] == PARITY_SENTENCES
+        assert all(0 <= v <= thresholds.max_logit_diff for v in report["onnx"].values())
+        assert report["identical_share"] >= thresholds.min_identical and report["emitted_pad"] is False
+        assert report["bleu"]["delta"] <= thresholds.max_bleu_delta
+    # Overall: every direction's sentences pooled, the largest difference of any direction.
+    assert metrics["n_sentences"] == 2 * PARITY_SENTENCES
+    for name, value in metrics["onnx"].items():
+        if name.endswith("_max_abs_diff"):
+            assert value == max(r["onnx"][name] for r in per_direction.values())
+    assert ExportManifest.read(paths.export).parity["directions"] == per_direction
+
+
+@pytest.mark.skipif(not CTRANSLATE2_INSTALLED, reason="ctranslate2 is not installed (the `ct2` extra)")
+def test_ctranslate2_converts_the_tags_as_tokens_and_decodes_tagged_sources_as_pytorch_does(two_target_exported):
+    import ctranslate2
+
+    paths = two_target_exported
+    vocabulary = json.loads((paths.export / "ctranslate2" / "shared_vocabulary.json").read_text())
+    assert {">>de<<", ">>fr<<"} <= set(vocabulary)
+    # Converted in float32: greedy outputs on each direction's tagged sources are PyTorch's.
+    for report in read_json(paths.metrics("export"))["directions"].values():
+        assert report["ctranslate2"]["identical_share"] == 1.0
+    translator = ctranslate2.Translator(str(paths.export / "ctranslate2"), device="cpu")
+    result = translator.translate_batch([[">>fr<<", "▁A", "▁dog", "</s>"]], beam_size=1, max_decoding_length=5)
+    assert "<pad>" not in result[0].hypotheses[0]
+
+
+def perturb_encoder_for(tag_id: int):
+    """OnnxSeq2Seq.encode with noise on the states of sentences that start with `tag_id`."""
+    encode = OnnxSeq2Seq.encode
+
+    def perturbed(self, input_ids, attention_mask):
+        hidden, cross = encode(self, input_ids, attention_mask)
+        rows = input_ids[:, 0] == tag_id
+        hidden = hidden.copy()
+        hidden[rows] += np.random.default_rng(0).normal(0, 1e-2, hidden[rows].shape).astype(hidden.dtype)
+        return hidden, cross
+
+    return perturbed
+
+
+def test_a_direction_that_breaks_parity_fails_the_gate_naming_that_direction_only(two_target_exported,
+                                                                                   make_two_target_root,
+                                                                                   monkeypatch):
+    from transformers import AutoTokenizer
+
+    paths = make_two_target_root()
+    monkeypatch.setattr(onnx_graphs, "export_onnx", reuse_onnx_graphs(two_target_exported.export))
+    fr_tag = AutoTokenizer.from_pretrained(paths.final_model).convert_tokens_to_ids(">>fr<<")
+    monkeypatch.setattr(OnnxSeq2Seq, "encode", perturb_encoder_for(fr_tag))
+    settings = {"int8": False, "torchscript": False, "ctranslate2": False, "parity_sentences": 4}
+    with pytest.raises(ParityFailed, match=r"parity gate failed: en-fr: onnx encoder max abs diff") as failure:
+        export.run(export_params(**settings), paths)
+    assert "en-de" not in str(failure.value)
+    assert not paths.export.exists()
+
+
+def test_a_direction_no_test_split_holds_is_checked_on_its_valid_pairs(make_two_target_root):
+    from transformers import AutoTokenizer
+
+    paths = make_two_target_root()
+    tokenizer = AutoTokenizer.from_pretrained(paths.final_model)
+    directions = Directions.of(TWO_TARGETS)
+    write_pair_parquet(paths.split_file(paths.clean, "test"), [("A dog.", "Ein Hund.")] * 3, "test.en", "en-de")
+    pairs = stage_inputs.parity_pairs(paths, directions, 2, tokenizer, 512)
+    assert {name: (p.split, len(p.sources)) for name, p in pairs.items()} == {"en-de": ("test", 2),
+                                                                              "en-fr": ("valid", 2)}
+    assert pairs["en-de"].references == ["Ein Hund.", "Ein Hund."]
+    # Sources are read as the model reads them: the target's tag first.
+    assert pairs["en-fr"].sources[0][0] == tokenizer.convert_tokens_to_ids(">>fr<<")
+    assert pairs["en-de"].sources[0] == tokenizer(">>de<< A dog.")["input_ids"]
+
+    write_pair_parquet(paths.split_file(paths.clean, "valid"), [("A dog.", "Ein Hund.")], "val.en", "en-de")
+    with pytest.raises(ParityFailed, match=r"no pairs of en-fr in .*data/clean \(test splits: test; nor in valid\)"):
+        stage_inputs.parity_pairs(paths, directions, 2, tokenizer, 512)
+
+
+class NoTagsTokenizer:
+    unk_token_id = 1
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.unk_token_id
+
+
+def test_a_model_without_its_directions_or_without_a_tag_token_is_refused_naming_the_file(tmp_path):
+    with pytest.raises(PipelineError, match=r"languages\.json: not found .*\(`dvc repro tokenize train`\)"):
+        stage_inputs.model_directions(tmp_path, NoTagsTokenizer())
+    Directions.of(TWO_TARGETS).write(tmp_path)
+    with pytest.raises(PipelineError, match=r"the tokenizer has no >>de<< token, which the model's directions "
+                                            r"en-de, en-fr need"):
+        stage_inputs.model_directions(tmp_path, NoTagsTokenizer())
+    Directions.of(["en-de"]).write(tmp_path)  # one target: no tags needed
+    assert stage_inputs.model_directions(tmp_path, NoTagsTokenizer()).names == ["en-de"]
 
 
 # --------------------------------------------------------------------------------------------------- switches

@@ -1,8 +1,9 @@
-"""pipeline/export_format.py: the manifest `export.json` round-trips, and a missing, mistyped or old one is refused
-with an error naming the file and the field."""
+"""pipeline/export_format.py: the manifest `export.json` round-trips (with the model's directions), and a missing,
+mistyped or old one is refused with an error naming the file and the field."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -35,6 +36,8 @@ def manifest() -> ExportManifest:
         special_ids=SpecialIds(start=999, eos=0, pad=999),
         dims=ModelDims(d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, max_positions=128),
         generation=Generation(beam=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10),
+        directions=("en-de",),
+        target_tags=False,
         parity={"n_sentences": 32},
     )
 
@@ -50,7 +53,8 @@ def test_a_written_manifest_reads_back_equal_with_one_generation_block(tmp_path)
     manifest().write(tmp_path)
     assert ExportManifest.read(tmp_path) == manifest()
     data = json.loads((tmp_path / MANIFEST).read_text())
-    assert data["version"] == MANIFEST_VERSION == 4
+    assert data["version"] == MANIFEST_VERSION == 5
+    assert (data["directions"], data["target_tags"]) == (["en-de"], False)
     assert data["generation"] == {"beam": 4, "length_penalty": 1.0, "max_len_a": 1.2, "max_len_b": 10}
     assert "max_len" not in data
     assert (data["pad_id"], data["eos_id"], data["decoder_start_id"]) == (999, 0, 999)
@@ -59,14 +63,36 @@ def test_a_written_manifest_reads_back_equal_with_one_generation_block(tmp_path)
     assert data["outputs"]["onnx"] == {"encoder": encoder_outputs(2), "decoder": decoder_outputs(2)}
 
 
+def test_a_two_target_manifest_reads_back_its_directions_and_tags(tmp_path):
+    two = dataclasses.replace(manifest(), directions=("en-de", "en-fr"), target_tags=True)
+    two.write(tmp_path)
+    read = ExportManifest.read(tmp_path)
+    assert read == two
+    assert read.pairs.targets == ["de", "fr"] and read.pairs.tags == [">>de<<", ">>fr<<"]
+
+
+@pytest.mark.parametrize(("directions", "target_tags", "expected"), [
+    (["en_de"], False, "field 'directions' is ['en_de']: 'en_de' is not a direction"),
+    ([], False, "field 'directions' is [], not a list of distinct directions"),
+    (["en-de", "en-de"], False, "field 'directions' is ['en-de', 'en-de'], not a list of distinct directions"),
+    (["en-de", "en-fr"], False, "field 'target_tags' is false, but directions en-de, en-fr imply true"),
+    (["en-de", "fr-de"], True, "field 'target_tags' is true, but directions en-de, fr-de imply false"),
+])
+def test_directions_that_are_no_directions_or_disagree_with_target_tags_are_refused(tmp_path, directions,
+                                                                                     target_tags, expected):
+    write_edited(tmp_path, lambda data: data.update(directions=directions, target_tags=target_tags))
+    with pytest.raises(ExportDirError, match=re.escape(f"{tmp_path / MANIFEST}: {expected}")):
+        ExportManifest.read(tmp_path)
+
+
 def test_the_onnx_graphs_are_looked_up_by_precision():
     assert manifest().onnx_graphs() == {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
     assert manifest().onnx_graphs(int8=True) is None
 
 
 def test_an_older_version_is_refused_with_export_it_again(tmp_path):
-    write_edited(tmp_path, lambda data: data.update(version=3))
-    with pytest.raises(ExportDirError, match=r"export\.json is export format version 3, this code reads version 4: "
+    write_edited(tmp_path, lambda data: data.update(version=4))
+    with pytest.raises(ExportDirError, match=r"export\.json is export format version 4, this code reads version 5: "
                                              r"export it again \(`dvc repro export`\)"):
         ExportManifest.read(tmp_path)
 
@@ -84,6 +110,8 @@ def test_a_missing_field_is_named_with_the_file(tmp_path):
     ("kv_cache", 1, "true or false"),
     ("dims.max_positions", 12.5, "an integer"),
     ("files", [], "an object"),
+    ("directions", "en-de", "a list"),
+    ("target_tags", "no", "true or false"),
 ])
 def test_a_field_of_the_wrong_type_is_named_with_its_value(tmp_path, field, value, expected):
     def edit(data):

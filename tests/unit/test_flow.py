@@ -135,7 +135,7 @@ def test_overrides_become_dvc_set_param_arguments():
                     "-S", "++export.onnx=false", "-S", "++data.max_train_pairs=null", "-S", "++evaluate.beam=2",
                     "-n", "lower-lr"]
     # A string that YAML would read as another type stays a string.
-    assert mtflow.format_override("data.src_lang", "no") == "data.src_lang='no'"
+    assert mtflow.format_override("data.subsample", "no") == "data.subsample='no'"
     with pytest.raises(ValueError, match="section.name"):
         mtflow.format_override("lr", 0.1)
 
@@ -172,8 +172,10 @@ EXP_SHOW = [
     {"rev": "abc123", "name": "main", "data": {}, "error": None, "experiments": [
         {"revs": [{"rev": "def456", "name": "beam-2", "data": {"metrics": {
             "metrics/eval.json": {"data": {
-                "test": {"bleu": 12.345, "chrf": 40.1, "sentences": 268},
-                "newstest2014": {"bleu": 9.0, "chrf": 35.25, "sentences": 3003}}},
+                "test": {"en-de": {"bleu": 12.345, "chrf": 40.1, "ter": 70.0, "sentences": 268}},
+                "newstest2014": {"en-de": {"bleu": 9.0, "chrf": 35.25, "ter": 80.0, "sentences": 3003},
+                                 "en-fr": {"bleu": 11.0, "chrf": 38.0, "ter": 75.0, "sentences": 3003}},
+                "macro": {"bleu": 10.78, "chrf": 37.78, "ter": 75.0}}},
             "metrics/train.json": {"data": {"tgt_tokens_per_s": 22138.8, "train_seconds": 47.9}},
         }}}]},
     ]},
@@ -183,12 +185,14 @@ EXP_SHOW = [
 def test_experiment_report_has_name_scores_per_test_set_speed_and_wall_time():
     metrics = mtflow.experiment_metrics(EXP_SHOW, "beam-2")
     report = mtflow.experiment_report("beam-2", {"evaluate.beam": 2}, metrics, wall_seconds=61.23)
-    assert report.scores == {"test": {"bleu": 12.345, "chrf": 40.1}, "newstest2014": {"bleu": 9.0, "chrf": 35.25}}
+    assert report.scores == {"test en-de": {"bleu": 12.345, "chrf": 40.1},
+                             "newstest2014 en-de": {"bleu": 9.0, "chrf": 35.25},
+                             "newstest2014 en-fr": {"bleu": 11.0, "chrf": 38.0}}
     markdown = report.markdown()
     assert "# Experiment `beam-2`" in markdown
     assert "`evaluate.beam=2`" in markdown
-    assert "| test | 12.35 | 40.10 |" in markdown
-    assert "| newstest2014 | 9.00 | 35.25 |" in markdown
+    assert "| test en-de | 12.35 | 40.10 |" in markdown
+    assert "| newstest2014 en-fr | 11.00 | 38.00 |" in markdown
     assert "22,138.8 target tokens/s (training time 47.9 s)" in markdown
     assert "61.2 s" in markdown
     with pytest.raises(KeyError):

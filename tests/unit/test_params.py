@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_shipped_params_file_is_valid_and_uses_the_embedded_sample():
     params = load(REPO / "params.yaml")
     assert params.data.source == "sample"
-    assert (params.data.src_lang, params.data.tgt_lang) == ("en", "de")
+    assert params.data.directions == ["en-de"]
 
 
 def test_defaults_are_valid_without_any_file_content():
@@ -85,9 +85,81 @@ def test_files_source_requires_train_valid_and_a_test_split():
 
 
 def test_wmt14_only_accepts_its_language_pairs():
-    assert parse({"data": {"source": "wmt14", "src_lang": "de", "tgt_lang": "en"}}).data.src_lang == "de"
+    directions = ["de-en", "en-cs", "ru-en"]
+    assert parse({"data": {"source": "wmt14", "directions": directions}}).data.pairs.sources == ["de", "en", "ru"]
     with pytest.raises(ParamsError, match="WMT14 has no de-fr pair"):
-        parse({"data": {"source": "wmt14", "src_lang": "de", "tgt_lang": "fr"}})
+        parse({"data": {"source": "wmt14", "directions": ["en-de", "de-fr"]}})
+
+
+def test_the_old_language_keys_say_what_replaced_them():
+    with pytest.raises(ParamsError) as err:
+        parse({"data": {"src_lang": "en", "tgt_lang": "de"}})
+    assert "data.src_lang: replaced by data.directions: write `directions: [en-de]`" in str(err.value)
+    assert "data.tgt_lang: replaced by data.directions" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("directions", "message"),
+    [
+        (["en-de", "en-fr", "en-de"], "en-de is listed twice"),
+        (["en-en"], "source and target are the same language"),
+        (["english-german"], "is not a direction"),
+        ([], "at least 1 item"),
+    ],
+)
+def test_bad_directions_are_named(directions, message):
+    with pytest.raises(ParamsError, match=message):
+        parse({"data": {"source": "wmt14", "directions": directions}})
+
+
+def test_the_sample_holds_english_german_only():
+    assert parse({"data": {"directions": ["de-en"]}}).data.directions == ["de-en"]
+    with pytest.raises(ParamsError, match=r"the embedded sample is English-German.*\['en-de', 'en-fr'\]"):
+        parse({"data": {"directions": ["en-de", "en-fr"]}})
+
+
+def _files(**splits):
+    return {"source": "files", "directions": ["en-de", "en-fr"], "files": splits}
+
+
+def test_several_directions_read_per_language_patterns_and_directed_files():
+    data = parse({"data": _files(
+        train={"pattern": "corpus/train.{lang}.gz"},
+        valid=[{"src": "v.en", "tgt": "v.de", "direction": "en-de"}, {"tsv": "v.tsv", "columns": ["fr", "en"]}],
+        test={"dir": "corpus", "prefix": "test"},
+    )}).data
+    assert data.pairs.target_tags and data.pairs.tags == [">>de<<", ">>fr<<"]
+    assert data.files["train"][0].pattern == "corpus/train.{lang}.gz"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"src": "v.en", "tgt": "v.de"},
+         r"data.files.valid: \{src: v.en, tgt: v.de\} needs `direction:` \(one of en-de, en-fr\)"),
+        ({"src": "v.en", "tgt": "v.cs", "direction": "en-cs"}, "direction en-cs, which is not in data.directions"),
+        ({"tsv": "v.tsv"}, "v.tsv needs `columns:`"),
+        ({"tsv": "v.tsv", "columns": ["en", "cs"]}, r"columns \['en', 'cs'\], which no direction"),
+        ({"pattern": "v.gz"}, "has no {lang} placeholder"),
+    ],
+)
+def test_an_entry_of_several_directions_must_say_which(entry, message):
+    with pytest.raises(ParamsError, match=message):
+        parse({"data": _files(train={"pattern": "t.{lang}"}, valid=entry, test={"pattern": "t.{lang}"})})
+
+
+def test_a_language_without_a_known_script_is_refused_while_scripts_are_checked():
+    raw = {"data": _files(train={"pattern": "t.{lang}"}, valid={"pattern": "v.{lang}"}, test={"pattern": "x.{lang}"})}
+    raw["data"]["directions"] = ["en-de", "en-xx"]
+    with pytest.raises(ParamsError, match="no script is known for 'xx'.*clean.min_script_share: 0"):
+        parse(raw)
+    assert parse({**raw, "clean": {"min_script_share": 0}}).data.pairs.languages == ["en", "de", "xx"]
+
+
+def test_macro_is_not_a_split_name():
+    with pytest.raises(ParamsError, match="split name 'macro' is taken"):
+        parse({"data": {"source": "files", "files": {
+            "train": {"src": "a", "tgt": "b"}, "valid": {"src": "a", "tgt": "b"}, "macro": {"src": "a", "tgt": "b"}}}})
 
 
 def test_model_fields_override_the_preset():
@@ -122,3 +194,11 @@ def test_missing_and_malformed_files_are_clear_errors(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(ParamsError, match="must be a mapping"):
         load(bad)
+
+
+def test_separate_vocabularies_are_for_one_direction():
+    raw = {"data": {"source": "wmt14", "directions": ["en-de", "de-en"]}, "tokenize": {"joint": False},
+           "model": {"tie_embeddings": False}}
+    with pytest.raises(ParamsError, match="tokenize.joint: false .* is for one direction"):
+        parse(raw)
+    assert parse({**raw, "data": {"source": "wmt14", "directions": ["en-de"]}}).tokenize.joint is False

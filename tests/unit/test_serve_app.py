@@ -1,6 +1,7 @@
 """pipeline/serve/app.py in-process, called through ASGI with a stand-in engine: readiness follows the batcher, a
 fault of the engine is a JSON 500 that the next request does not inherit, every answer is counted by status, and
-serving imports no torch.
+serving imports no torch. On the real two-target export (en-de, en-fr): /languages lists both targets, a request is
+translated into the target it names, and a target the model lacks is a 400 listing the ones it has.
 (The real service over HTTP is tests/e2e/test_serve.py.)"""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.languages import Direction, Directions
 from pipeline.serve.app import create_app
 from pipeline.serve.languages import ModelLanguages
 from pipeline.serve.settings import ServeSettings
@@ -22,12 +24,12 @@ REPO = Path(__file__).resolve().parents[2]
 class ShoutingEngine:
     """Translates a line by upper-casing it; fails on "boom"."""
 
-    languages = ModelLanguages("en", ("de",))
+    languages = ModelLanguages(Directions.of(["en-de"]))
     max_line_tokens = 100
     beam = 1
     model_dir = "stand-in"
 
-    def source_ids(self, line: str) -> list[int]:
+    def source_ids(self, line: str, direction: Direction) -> list[int]:
         return [ord(c) for c in line]
 
     def translate(self, sources: Sequence[Sequence[int]], target: str) -> list[str]:
@@ -110,3 +112,31 @@ def test_serving_imports_neither_torch_nor_transformers():
             "pipeline.translate; print([m for m in ('torch', 'transformers') if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_two_target_export_lists_its_targets_translates_into_each_and_refuses_others(two_target_exported):
+    from pipeline.serve.engine import TranslationEngine
+    from pipeline.translate import Translator
+
+    settings = ServeSettings(model_dir=two_target_exported.export, max_wait_ms=0, beam=2)
+    app = create_app(TranslationEngine.load(settings), settings)
+    lines = ["Two dogs.", "People sit outside."]
+
+    async def scenario():
+        async with app.router.lifespan_context(app):
+            listing = await call(app, "GET", "/languages")
+            answers = {target: await call(app, "POST", "/translate", {"q": lines, "source": "auto", "target": target})
+                       for target in ("de", "fr")}
+            unknown = await call(app, "POST", "/translate", {"q": "Hi", "source": "en", "target": "cs"})
+            wrong_source = await call(app, "POST", "/translate", {"q": "Hi", "source": "de", "target": "fr"})
+        return listing, answers, unknown, wrong_source
+
+    listing, answers, unknown, wrong_source = asyncio.run(scenario())
+    assert listing == (200, [{"code": "en", "name": "en", "targets": ["de", "fr"]}])
+    translator = Translator(two_target_exported.export, threads=1)
+    for target, answer in answers.items():
+        assert answer == (200, {"translatedText": translator.translate(lines, beam=2, tgt=target)})
+    assert unknown == (400, {"error": "target 'cs' is not one of this model's targets: de, fr (directions: en-de, "
+                                      "en-fr)"})
+    assert wrong_source == (400, {"error": "this model does not translate de-fr; its directions: en-de, en-fr"})
+

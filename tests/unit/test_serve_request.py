@@ -1,6 +1,7 @@
 """pipeline/serve/translate_request.py: each bad body is refused with its own status and a message naming the
-problem; a good one becomes source ids per line and comes back in the shape of `q`. The engine is a stand-in
-whose tokenizer gives one id per character (the limits are what is tested, not SentencePiece)."""
+problem; a good one becomes source ids per line, tokenized for its direction, and comes back in the shape of `q`. The
+engine is a stand-in whose tokenizer gives one id per character, and a tag id (the target's first letter, negated)
+first where the model's targets are tagged (the limits are what is tested, not SentencePiece)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 import pytest
 
+from pipeline.languages import Direction, Directions
 from pipeline.serve.errors import BadRequest, InvalidFields, OverLimit
 from pipeline.serve.languages import ModelLanguages
 from pipeline.serve.settings import ServeSettings
@@ -15,11 +17,14 @@ from pipeline.serve.translate_request import parse_body, prepare
 
 
 class CharacterEngine:
-    languages = ModelLanguages(source="en", targets=("de",))
     max_line_tokens = 10
 
-    def source_ids(self, line: str) -> list[int]:
-        return [ord(c) for c in line] + [0]
+    def __init__(self, directions: tuple[str, ...] = ("en-de",)):
+        self.languages = ModelLanguages(Directions.of(directions))
+
+    def source_ids(self, line: str, direction: Direction) -> list[int]:
+        tag = [-ord(direction.tgt[0])] if self.languages.directions.target_tags else []
+        return tag + [ord(c) for c in line] + [0]
 
 
 SETTINGS = ServeSettings(model_dir="unused", max_lines=5)
@@ -67,8 +72,8 @@ def test_fields_libretranslate_clients_add_are_ignored():
 @pytest.mark.parametrize(
     ("fields", "error", "message"),
     [
-        ({"target": "fr"}, BadRequest, "target 'fr' is not one of this model's targets: 'de'"),
-        ({"source": "fr"}, BadRequest, "source 'fr' is not this model's source language: use 'en' (or 'auto')"),
+        ({"target": "fr"}, BadRequest, "target 'fr' is not one of this model's targets: de (directions: en-de)"),
+        ({"source": "fr"}, BadRequest, "this model does not translate fr-de; its directions: en-de"),
         ({"q": ["a", "b", "c\nd\ne\nf"]}, OverLimit, "q has 6 lines (line breaks inside strings count), more than the "
          "limit of 5 (--max-lines 5)"),
         ({"q": ["short", "this line is long"]}, OverLimit, "q[1] line 1 is 18 source tokens long, more than the "
@@ -91,3 +96,15 @@ def test_a_string_gives_a_string_and_a_list_a_list_with_line_breaks_and_blank_li
     several = prepared(q=["a", "", "b\n  \nc"], source="auto")
     assert several.sources == [[97, 0], None, [98, 0], None, [99, 0]]
     assert several.assemble(["A", "", "B", "", "C"]) == ["A", "", "B\n\nC"]
+
+
+def test_lines_are_tokenized_for_the_requests_direction_on_a_model_of_several_targets():
+    engine = CharacterEngine(("en-de", "en-fr"))
+    for target in ("de", "fr"):
+        request = prepare(parse_body(body(q="Hi\n", target=target, source="auto")), engine, SETTINGS)
+        assert request.target == target
+        assert request.sources == [[-ord(target[0]), 72, 105, 0], None]
+    with pytest.raises(BadRequest) as caught:
+        prepare(parse_body(body(target="cs")), engine, SETTINGS)
+    assert caught.value.message == "target 'cs' is not one of this model's targets: de, fr (directions: en-de, en-fr)"
+

@@ -1,15 +1,15 @@
-"""pipeline/serve/settings.py, pipeline/serve/languages.py and `mtpipe serve`'s flags: a bad setting or an export
-that names no languages stops the command before anything loads or listens, with the flag or file in the message."""
+"""pipeline/serve/settings.py, pipeline/serve/languages.py and `mtpipe serve`'s flags: a bad setting or a directory
+that is not an export stops the command before anything loads or listens, with the flag or file in the message; a
+request's languages are checked against the model's directions."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
 import pytest
 
 from pipeline.cli import _add_serve_parser, main
-from pipeline.export_format import ExportDirError
+from pipeline.languages import Direction, Directions
 from pipeline.serve.languages import ModelLanguages, UnsupportedLanguage
 from pipeline.serve.settings import ServeSettings, SettingsError, flag
 
@@ -55,30 +55,35 @@ def test_the_command_stops_on_a_bad_setting_before_loading_anything(capsys, tmp_
 
 def test_the_command_stops_on_a_directory_that_is_not_an_export(capsys, tmp_path):
     assert main(["serve", "--model", str(tmp_path)]) == 1
-    assert f"{tmp_path / 'tokenizer_config.json'} not found: is {tmp_path} an export directory" in \
-        capsys.readouterr().err
+    assert f"{tmp_path / 'export.json'} not found: is {tmp_path} an export directory" in capsys.readouterr().err
 
 
-def test_the_language_pair_is_the_one_the_export_tokenizer_names(tmp_path):
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
-    languages = ModelLanguages.of_export(tmp_path)
-    assert languages == ModelLanguages("en", ("de",))
+def test_a_one_direction_model_takes_its_source_or_auto_and_lists_one_target():
+    languages = ModelLanguages(Directions.of(["en-de"]))
     assert languages.listing() == [{"code": "en", "name": "en", "targets": ["de"]}]
-    languages.check("auto", "de")
-    with pytest.raises(UnsupportedLanguage, match="target 'en' is not one of this model's targets: 'de'"):
-        languages.check("en", "en")
+    assert languages.direction("auto", "de") == languages.direction("en", "de") == Direction("en", "de")
+    with pytest.raises(UnsupportedLanguage, match=r"target 'en' is not one of this model's targets: de "
+                                                  r"\(directions: en-de\)"):
+        languages.direction("en", "en")
+    with pytest.raises(UnsupportedLanguage, match=r"this model does not translate fr-de; its directions: en-de"):
+        languages.direction("fr", "de")
 
 
-def test_a_model_with_several_targets_accepts_each_of_them():
-    languages = ModelLanguages("en", ("de", "fr"))
+def test_a_model_with_several_targets_accepts_each_and_lists_them_under_their_source():
+    languages = ModelLanguages(Directions.of(["en-de", "en-fr"]))
     for target in ("de", "fr"):
-        languages.check("en", target)
-    with pytest.raises(UnsupportedLanguage, match="target 'cs' is not one of this model's targets: 'de', 'fr'"):
-        languages.check("en", "cs")
+        assert languages.direction("en", target) == languages.direction("auto", target) == Direction("en", target)
+    with pytest.raises(UnsupportedLanguage, match=r"target 'cs' is not one of this model's targets: de, fr"):
+        languages.direction("auto", "cs")
     assert languages.listing() == [{"code": "en", "name": "en", "targets": ["de", "fr"]}]
 
 
-def test_an_export_whose_tokenizer_names_no_languages_is_refused(tmp_path):
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en"}))
-    with pytest.raises(ExportDirError, match="names no language pair"):
-        ModelLanguages.of_export(tmp_path)
+def test_auto_is_refused_where_several_sources_go_into_the_target():
+    languages = ModelLanguages(Directions.of(["en-fr", "de-fr", "en-de"]))
+    assert languages.listing() == [{"code": "en", "name": "en", "targets": ["fr", "de"]},
+                                   {"code": "de", "name": "de", "targets": ["fr"]}]
+    assert languages.direction("auto", "de") == Direction("en", "de")
+    assert languages.direction("de", "fr") == Direction("de", "fr")
+    with pytest.raises(UnsupportedLanguage, match=r"source 'auto': this model translates into fr from en, de: name "
+                                                  r"the source language"):
+        languages.direction("auto", "fr")

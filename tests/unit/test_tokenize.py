@@ -14,8 +14,9 @@ import pytest
 from pipeline.artifacts import Paths
 from pipeline.corpus import PAIR_SCHEMA, read_pairs
 from pipeline.errors import MissingArtifact
+from pipeline.languages import Directions
 from pipeline.params import parse
-from pipeline.token_arrays import TokenArray
+from pipeline.token_arrays import TokenArray, read_row_directions
 from stages import clean, tokenize
 from tests.conftest import write_clean_splits
 
@@ -140,7 +141,8 @@ def test_characters_never_seen_in_training_count_towards_the_unk_rate_without_by
     write_clean_splits(tmp_path, {"train": 1000, "valid": 20, "test": 20})
     unseen = ["☃ ☃ ☃", "❄ ☃"]  # five characters that Multi30k never uses
     pq.write_table(
-        pa.table({"src": unseen, "tgt": unseen, "origin": ["x"] * 2, "line": [1, 2]}, schema=PAIR_SCHEMA),
+        pa.table({"src": unseen, "tgt": unseen, "src_lang": ["en"] * 2, "tgt_lang": ["de"] * 2, "origin": ["x"] * 2,
+                  "line": [1, 2]}, schema=PAIR_SCHEMA),
         paths.clean / "symbols.parquet",
     )
 
@@ -154,13 +156,31 @@ def test_characters_never_seen_in_training_count_towards_the_unk_rate_without_by
     assert stats["unk_rate"] > 0.3
 
 
+def test_one_direction_has_no_target_tags_and_records_its_direction(tokenized):
+    from transformers import AutoTokenizer
+
+    meta = meta_of(tokenized)
+    hf = tokenized.tokenized / "hf_tokenizer"
+    vocab = json.loads((hf / "vocab.json").read_text(encoding="utf-8"))
+    assert meta["directions"] == ["en-de"] and meta["target_tags"] is False and meta["target_tag_ids"] == {}
+    assert not [piece for piece in vocab if piece.startswith(">>")]
+    assert Directions.read(hf) == Directions.of(["en-de"])
+    assert AutoTokenizer.from_pretrained(hf).source_lang == "en"
+    for split, n in SIZES.items():
+        rows = read_row_directions(tokenized.tokenized / split)
+        assert rows.dtype == np.uint8 and rows.tolist() == [0] * n
+    metrics = json.loads(tokenized.metrics("tokenize").read_text(encoding="utf-8"))
+    assert metrics["splits"]["valid"]["pairs_per_direction"] == {"en-de": SIZES["valid"]}
+    assert "sentencepiece_sample" not in metrics  # SentencePiece samples the stream itself, as before directions
+
+
 def test_same_inputs_and_seed_give_a_byte_identical_sentencepiece_model(tokenized, tmp_path):
     again = Paths(tmp_path)
     write_clean_splits(tmp_path, SIZES)
     tokenize.run(parse(PARAMS), again)
 
     assert again.spm_model.read_bytes() == tokenized.spm_model.read_bytes()
-    for name in ("test.src.bin", "test.tgt.bin", "meta.json", "hf_tokenizer/vocab.json"):
+    for name in ("test.src.bin", "test.tgt.bin", "test.dir.npy", "meta.json", "hf_tokenizer/vocab.json"):
         assert (again.tokenized / name).read_bytes() == (tokenized.tokenized / name).read_bytes(), name
 
 

@@ -1,4 +1,5 @@
-"""Tokenizer variants: separate vocabularies, a pretrained checkpoint's tokenizer, and over-long pairs."""
+"""Tokenizer variants: separate vocabularies, a pretrained checkpoint's tokenizer, and over-long pairs (one direction;
+several directions are test_tokenize_directions.py's)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.artifacts import Paths
+from pipeline.languages import Directions
 from pipeline.params import parse
 from pipeline.token_arrays import TokenArray
 from stages import tokenize
@@ -53,6 +55,7 @@ def test_separate_vocabularies_give_one_model_per_side_with_the_same_pad_id(corp
     assert src_vocab != tgt_vocab  # English and German pieces differ
     meta = json.loads((paths.tokenized / "meta.json").read_text())
     assert meta["joint"] is False and meta["pad_id"] == 800
+    assert Directions.read(hf) == Directions.of(["en-de"])
     src_ids, tgt_ids = hf_ids(hf, tmp_path, "test")
     assert src_ids == ids_of(paths.tokenized, "test", "src")
     assert tgt_ids == ids_of(paths.tokenized, "test", "tgt")
@@ -73,6 +76,8 @@ def test_pretrained_init_encodes_with_the_checkpoint_tokenizer(corpus, tmp_path,
     assert not (paths.tokenized / "spm.model").exists()  # nothing trained
     meta = json.loads((paths.tokenized / "meta.json").read_text())
     assert meta["tokenizer"] == str(tiny_model_dir)
+    assert meta["directions"] == ["en-de"] and meta["target_tags"] is False
+    assert Directions.read(paths.tokenized / "hf_tokenizer") == Directions.of(["en-de"])
     src_ids, tgt_ids = hf_ids(tiny_model_dir, tmp_path, "test")
     assert src_ids == ids_of(paths.tokenized, "test", "src")
     assert tgt_ids == ids_of(paths.tokenized, "test", "tgt")

@@ -1,5 +1,6 @@
 """The training stage on real Multi30k pairs: it learns, saves a standard model, resumes exactly, survives and
-reports non-finite updates, and trains the same update on 2 processes as on 1 process accumulating 2 batches."""
+reports non-finite updates, and trains the same update on 2 processes as on 1 process accumulating 2 batches.
+With two directions it validates each direction, decides by their mean, and resumes exactly too."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.artifacts import Paths
+from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.params import parse
 from stages import tokenize, train
 from tests.conftest import write_clean_splits
@@ -26,6 +29,12 @@ SMALL = {"d_model": 32, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
 FAST = {"threads": 1, "valid_bleu_sentences": 16}
 
 
+TWO = ["en-de", "en-fr"]
+# Multi30k named per language (the params need files to name; training reads only data/tokenized).
+TWO_DATA = {"source": "files", "directions": TWO,
+            "files": {split: {"pattern": f"multi30k/{split}.{{lang}}"} for split in ("train", "valid", "test")}}
+
+
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tokenized")
@@ -34,12 +43,35 @@ def tokenized(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def two_directions(tmp_path_factory) -> Path:
+    """en-de (1200 train pairs) and en-fr (400) in one corpus, encoded by the tokenize stage (with the target
+    tag in front of every source)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("two_directions")
+    parts = []
+    for direction, sizes in (("en-de", {"train": 1200, "valid": 60, "test": 10}),
+                             ("en-fr", {"train": 400, "valid": 40, "test": 10})):
+        clean = write_clean_splits(tmp_path_factory.mktemp(direction), sizes, (direction,))
+        parts.append({split: pq.read_table(clean / f"{split}.parquet") for split in sizes})
+    (root / "data" / "clean").mkdir(parents=True)
+    for split in parts[0]:
+        pq.write_table(pa.concat_tables([p[split] for p in parts]), root / "data" / "clean" / f"{split}.parquet")
+    tokenize.run(parse({"data": TWO_DATA, "tokenize": {"vocab_size": 600}}), Paths(root))
+    return root
+
+
 def run_training(tokenized: Path, tmp_path: Path, **sections) -> tuple[Paths, dict]:
     if not (tmp_path / "data").exists():
         shutil.copytree(tokenized / "data", tmp_path / "data")
+    meta = json.loads((tokenized / "data" / "tokenized" / "meta.json").read_text())
     raw = {"model": {"preset": "tiny", **SMALL}, "train": {"max_steps": 20, "valid_every": 10, "log_every": 5,
                                                            "lr": 3e-3, "warmup_steps": 10, "max_tokens": 1024,
                                                            **FAST}}
+    if meta["directions"] != ["en-de"]:
+        raw["data"] = TWO_DATA
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
     paths = Paths(tmp_path)
@@ -107,6 +139,7 @@ def test_training_lowers_the_validation_loss_and_saves_a_standard_model(tokenize
                  "valid/loss.tsv", "valid/bleu.tsv", "system/cpu_percent.tsv", "system/rss_gb.tsv"):
         assert (curves / name).stat().st_size > 0, name
     assert sorted(curve(paths, "valid/bleu")) == [40, 80]
+    assert not (curves / "valid" / "en-de").exists() and "directions" not in metrics  # one direction: the means
 
     # models/final is the mean of the last 3 checkpoints (updates 40, 60, 80), not the last or best weights.
     ckpt = paths.checkpoints
@@ -136,10 +169,14 @@ def test_the_same_seed_gives_the_same_weights(tokenized, tmp_path):
     assert metrics["final_model"] == f"best valid loss, update {metrics['best_step']}"
 
 
-def test_a_crashed_run_resumes_into_the_same_updates_as_an_uninterrupted_one(tokenized, tmp_path, monkeypatch):
+@pytest.mark.parametrize("data", ["tokenized", "two_directions"])
+def test_a_crashed_run_resumes_into_the_same_updates_as_an_uninterrupted_one(data, tmp_path, monkeypatch, request):
     import torch
 
+    tokenized = request.getfixturevalue(data)
     settings = {"max_steps": 30, "save_every": 10, "valid_every": 15, "log_every": 5}
+    if data == "two_directions":  # each epoch's pairs are sampled: 16 updates an epoch, so it resumes in epoch 2
+        settings["max_tokens"] = 4096
     whole, whole_metrics = run_training(tokenized, tmp_path / "whole", train=settings)
 
     monkeypatch.setenv("MTPIPE_TRAIN_FAIL_AT", "0:24")  # crash before update 24: last.pt holds update 20
@@ -150,6 +187,7 @@ def test_a_crashed_run_resumes_into_the_same_updates_as_an_uninterrupted_one(tok
 
     assert split_metrics["resumed_from_step"] == 20 and whole_metrics["resumed_from_step"] is None
     assert split_metrics["steps"] == whole_metrics["steps"] == 30
+    assert split_metrics["epochs"] == whole_metrics["epochs"] == (1 if data == "tokenized" else 2)
     # Same updates: dropout masks (RNG states), batches (data position), Adam moments and schedule all resumed.
     assert curve(split, "train/loss") == curve(whole, "train/loss")
     assert curve(split, "valid/loss") == curve(whole, "valid/loss")
@@ -339,3 +377,90 @@ def test_uniform_dropout_keeps_1_minus_p_of_the_values_scaled_and_is_swapped_in_
     torch.manual_seed(1)
     with training_dropout(torch.device("meta")):  # any other device keeps PyTorch's own
         assert torch.equal(F.dropout(ones, p=0.3, training=True), seen["mask"])
+
+
+# ---- several directions ----
+
+
+def test_two_directions_mix_in_training_batches_and_are_validated_apart_and_decided_by_their_mean(
+        two_directions, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from pipeline.languages import Directions
+    from stages.train import loop
+
+    tags = AutoTokenizer.from_pretrained(two_directions / "data/tokenized/hf_tokenizer").convert_tokens_to_ids(
+        [">>de<<", ">>fr<<"])
+    real, first_tokens = loop.seq2seq_loss, {True: [], False: []}
+
+    def recording(model, inputs, label_smoothing):  # which target tags start the batch's sources
+        first_tokens[model.training].append(set(inputs["input_ids"][:, 0].tolist()))
+        return real(model, inputs, label_smoothing)
+
+    monkeypatch.setattr(loop, "seq2seq_loss", recording)
+    paths, metrics = run_training(two_directions, tmp_path, train={"valid_bleu_sentences": 8})
+
+    assert any(seen == set(tags) for seen in first_tokens[True])  # training batches mix the directions
+    assert all(seen in ({tags[0]}, {tags[1]}) for seen in first_tokens[False])  # each valid batch is one direction
+    loss, bleu = curve(paths, "valid/loss"), curve(paths, "valid/bleu")
+    own = {(d, figure): curve(paths, f"valid/{d}/{figure}") for d in TWO for figure in ("loss", "bleu")}
+    assert sorted(loss) == sorted(bleu) == [10, 20] and all(sorted(c) == [10, 20] for c in own.values())
+    for step in (10, 20):
+        assert loss[step] == pytest.approx((own["en-de", "loss"][step] + own["en-fr", "loss"][step]) / 2, rel=1e-9)
+        assert bleu[step] == pytest.approx((own["en-de", "bleu"][step] + own["en-fr", "bleu"][step]) / 2, rel=1e-9)
+    assert own["en-de", "loss"] != own["en-fr", "loss"]
+
+    # best.pt, early stopping and metrics/train.json go by the mean; the directions' own figures sit beside it.
+    best = metrics["best_step"]
+    assert best == min(loss, key=loss.get) and metrics["best_valid_loss"] == pytest.approx(loss[best], abs=1e-4)
+    figures = metrics["directions"]
+    assert list(figures) == TWO
+    for d in TWO:
+        assert figures[d]["best_valid_loss"] == pytest.approx(own[d, "loss"][best], abs=1e-4)
+        assert figures[d]["best_valid_bleu"] == pytest.approx(own[d, "bleu"][best], abs=1e-2)
+    rows = np.bincount(np.load(paths.tokenized / "train.dir.npy"), minlength=2)
+    assert [figures[d]["train_pairs"] for d in TWO] == rows.tolist()
+    # train.temperature 1.5: the smaller direction gets more than its share of an epoch, the larger less.
+    assert figures["en-fr"]["epoch_pairs"] > rows[1] and figures["en-de"]["epoch_pairs"] < rows[0]
+    assert json.loads(paths.metrics("train").read_text()) == metrics
+    assert Directions.read(paths.final_model).names == TWO  # languages.json travels with the tokenizer
+
+
+def test_a_missing_or_inconsistent_direction_file_stops_training_naming_it(tmp_path):
+    from stages.train.directions import direction_names, row_directions, rows_by_direction
+
+    with pytest.raises(MissingArtifact, match=r"train\.dir\.npy not found: it is produced by the 'tokenize' stage"):
+        row_directions(tmp_path, "train", 3, TWO)
+    np.save(tmp_path / "train.dir.npy", np.array([0, 1], dtype=np.uint8))
+    with pytest.raises(PipelineError, match=r"train\.dir\.npy holds 2 directions for the 3 pairs of train\.src"):
+        row_directions(tmp_path, "train", 3, TWO)
+    np.save(tmp_path / "train.dir.npy", np.array([0, 2, 1], dtype=np.uint8))
+    with pytest.raises(PipelineError, match=r"train\.dir\.npy, row 1: direction index 2, but meta\.json lists 2 "):
+        row_directions(tmp_path, "train", 3, TWO)
+    with pytest.raises(PipelineError, match=r"data/tokenized/valid has no pairs of direction\(s\) en-fr"):
+        rows_by_direction(np.zeros(4, dtype=np.uint8), TWO, "valid")
+    with pytest.raises(PipelineError, match=r"meta\.json lists no \"directions\""):
+        direction_names({"vocab_size": 8}, tmp_path)
+    assert [r.tolist() for r in rows_by_direction(np.array([1, 0, 1], dtype=np.uint8), TWO, "valid")] == [[1], [0, 2]]
+
+
+def test_the_logged_valid_figures_are_the_means_over_directions_beside_each_directions_own():
+    from stages.train.directions import validation_row
+
+    assert validation_row(["en-de"], [2.5], [30.0]) == {"valid/loss": 2.5, "valid/bleu": 30.0}
+    assert validation_row(TWO, [2.0, 3.0], [30.0, 20.0]) == {
+        "valid/loss": 2.5, "valid/bleu": 25.0, "valid/en-de/loss": 2.0, "valid/en-de/bleu": 30.0,
+        "valid/en-fr/loss": 3.0, "valid/en-fr/bleu": 20.0}
+    assert validation_row(TWO, [2.0, 3.0], None) == {"valid/loss": 2.5, "valid/en-de/loss": 2.0,
+                                                     "valid/en-fr/loss": 3.0}
+
+
+def test_the_temperature_is_part_of_the_resume_fingerprint_only_with_several_directions(tmp_path):
+    from stages.train import checkpoint
+
+    def digest(temperature, directions):
+        spec = train.train_spec(parse({"train": {"temperature": temperature}}), Paths(tmp_path))
+        return checkpoint.fingerprint(spec, 1, tmp_path, directions)["digest"]
+
+    assert digest(1.5, 1) == digest(3.0, 1)  # one direction is never sampled
+    assert digest(1.5, 2) != digest(3.0, 2)

@@ -373,7 +373,8 @@ def test_prefetched_updates_are_the_planned_ones_in_order_built_ahead_and_errors
     tokens = collate.target_tokens(batches)
 
     def plan():
-        return planned_updates(batches, tokens, seed=1, rank=0, world=1, update_freq=2, epoch=1, update_in_epoch=3)
+        return planned_updates(lambda epoch: (batches, tokens), seed=1, rank=0, world=1, update_freq=2, epoch=1,
+                               update_in_epoch=3)
 
     ahead, inline = Prefetcher(plan(), collate, torch.device("cpu"), 2), Prefetcher(plan(), collate,
                                                                                      torch.device("cpu"), 0)
@@ -420,7 +421,8 @@ def test_train_time_bleu_decodes_with_the_evaluate_stage_length_rule(tokenized):
     data = tokenized / "data" / "tokenized"
     meta = json.loads((data / "meta.json").read_text())
     valid = Collator(TokenArray.open(data / "valid.src"), TokenArray.open(data / "valid.tgt"), meta["pad_id"], 256)
-    bleu = ValidBleu(valid, data / "hf_tokenizer", 20, seed=1, max_tokens=200, max_len_a=0.5, max_len_b=3)
+    bleu = ValidBleu(valid, [np.arange(len(valid.src))], data / "hf_tokenizer", 20, seed=1, max_tokens=200,
+                     max_len_a=0.5, max_len_b=3)
     model = build_model(parse({"model": SMALL}).model, meta["vocab_size"], meta["pad_id"], meta["eos_id"])
     asked = []
 

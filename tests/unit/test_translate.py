@@ -2,7 +2,8 @@
 
 The export is the session fixture `exported` (tests/unit/conftest.py): the sharpened tiny model, whose outputs are
 garbage but decisive, so comparisons with transformers test the search, not float noise. The search semantics are
-also pinned on a scripted fake model whose next-token probabilities are a table.
+also pinned on a scripted fake model whose next-token probabilities are a table. Choosing a direction (`tgt`,
+`src`, `--tgt`) runs on `two_target_exported`, a model of en-de and en-fr whose sources carry >>de<< / >>fr<<.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pipeline.beam_search import DecoderStep, beam_search
 from pipeline.decoding import SpecialIds, pad_batch, token_batches
 from pipeline.errors import InputFileError
 from pipeline.export_format import ExportDirError
+from pipeline.languages import Direction, Directions, UnknownDirection
 from pipeline.translate import MarianSentencePiece, OnnxSeq2Seq, Translator, read_lines
 from tests.unit.export_helpers import load_model
 
@@ -238,7 +240,7 @@ def test_an_export_of_an_older_format_version_is_refused_with_export_it_again(ex
     # Version 3 wrote the length rule twice: in `generation` and in a `max_len` block.
     manifest.update(version=3, max_len={"a": generation["max_len_a"], "b": generation["max_len_b"]})
     (old / "export.json").write_text(json.dumps(manifest))
-    with pytest.raises(ExportDirError, match=r"export\.json is export format version 3, this code reads version 4: "
+    with pytest.raises(ExportDirError, match=r"export\.json is export format version 3, this code reads version 5: "
                                              r"export it again"):
         Translator(old)
 
@@ -254,6 +256,75 @@ def test_the_translator_takes_its_length_rule_from_the_manifest(export_dir, tmp_
     # The untrained model never ends on its own: every output is as long as the rule allows.
     assert [len(h) for h in short.translate_ids(sources, beam=2)] == [3] * len(SENTENCES)
     assert translator.max_new_tokens(10) == 22 and short.max_new_tokens(10) == 3
+
+
+# --------------------------------------------------------------------------------------------------- directions
+
+
+@pytest.fixture(scope="module")
+def two_targets(two_target_exported) -> Translator:
+    return Translator(two_target_exported.export)
+
+
+def test_a_one_direction_model_needs_no_target_and_refuses_another(translator):
+    assert translator.directions.names == ["en-de"]
+    assert translator.direction() == translator.direction("de", "en") == Direction("en", "de")
+    lines = ["Two dogs.", "People sit outside."]
+    assert translator.translate(lines, beam=2, tgt="de") == translator.translate(lines, beam=2)
+    with pytest.raises(UnknownDirection, match=r"target 'fr' is not one of this model's targets: de "
+                                               r"\(directions: en-de\)"):
+        translator.translate(lines, tgt="fr")
+
+
+def test_a_two_target_model_reads_each_source_with_its_targets_tag_first(two_target_exported, two_targets):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(two_target_exported.export)
+    assert two_targets.directions.names == ["en-de", "en-fr"]
+    for tgt in ("de", "fr"):
+        ids = two_targets.encode(SENTENCES, two_targets.direction(tgt))
+        assert ids == [tokenizer(f">>{tgt}<< {s}")["input_ids"] for s in SENTENCES]
+        assert {row[0] for row in ids} == {tokenizer.convert_tokens_to_ids(f">>{tgt}<<")}
+
+
+def test_translating_into_a_target_gives_what_pytorch_generates_for_the_tagged_source(two_target_exported,
+                                                                                     two_targets):
+    import torch
+
+    model, tokenizer = load_model(two_target_exported.final_model)
+    for tgt in ("de", "fr"):
+        for line in SENTENCES[:3]:
+            encoded = tokenizer(f">>{tgt}<< {line}", return_tensors="pt")
+            limit = two_targets.max_new_tokens(encoded["input_ids"].shape[1])
+            with torch.no_grad():
+                generated = model.generate(**encoded, num_beams=1, do_sample=False, max_length=limit + 1)
+            expected = tokenizer.decode(generated[0], skip_special_tokens=True)
+            assert two_targets.translate([line], beam=1, tgt=tgt) == [expected], (tgt, line)
+
+
+@pytest.mark.parametrize(("choice", "message"), [
+    ({}, "this model translates into de, fr: name the target language (directions: en-de, en-fr)"),
+    ({"tgt": "cs"}, "target 'cs' is not one of this model's targets: de, fr (directions: en-de, en-fr)"),
+    ({"tgt": "fr", "src": "de"}, "this model does not translate de-fr; its directions: en-de, en-fr"),
+])
+def test_a_missing_or_unknown_choice_of_direction_is_an_error_listing_the_models_targets(two_targets, choice,
+                                                                                         message):
+    with pytest.raises(UnknownDirection) as caught:
+        two_targets.translate(["Two dogs."], **choice)
+    assert str(caught.value) == message
+
+
+def test_an_export_whose_languages_file_is_missing_or_disagrees_with_its_manifest_is_refused(export_dir, tmp_path):
+    missing = tmp_path / "no_languages"
+    shutil.copytree(export_dir, missing)
+    (missing / "languages.json").unlink()
+    with pytest.raises(ExportDirError, match=r"languages\.json: not found .*: export it again"):
+        Translator(missing)
+    other = tmp_path / "other_languages"
+    shutil.copytree(export_dir, other)
+    Directions.of(["en-fr"]).write(other)
+    with pytest.raises(ExportDirError, match=r"languages\.json lists en-fr but export\.json en-de: export it again"):
+        Translator(other)
 
 
 # --------------------------------------------------------------------------------------------------- the CLI
@@ -276,6 +347,27 @@ def test_cli_names_the_line_of_invalid_utf8_and_exits_1(export_dir):
     assert result.returncode == 1
     assert result.stdout == b""
     assert "line 2: not valid UTF-8" in result.stderr.decode()
+
+
+def test_cli_translates_into_the_target_named_by_tgt(two_target_exported, two_targets):
+    lines = ["Two dogs.", "", "Hello"]
+    for tgt in ("de", "fr"):
+        result = run_cli(two_target_exported.export, "\n".join(lines).encode() + b"\n", "--beam", "2", "--tgt", tgt,
+                         "--src", "en")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode("utf-8").split("\n") == [*two_targets.translate(lines, beam=2, tgt=tgt), ""]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "this model translates into de, fr: name the target language (directions: en-de, en-fr) (--tgt, --src)"),
+    (("--tgt", "cs"), "target 'cs' is not one of this model's targets: de, fr"),
+])
+def test_cli_without_a_target_or_with_an_unknown_one_exits_2_listing_the_targets(two_target_exported, args,
+                                                                                 message):
+    result = run_cli(two_target_exported.export, b"Two dogs.\n", *args)
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert message in result.stderr.decode()
 
 
 # --------------------------------------------------------------------------------------------------- scripted search
