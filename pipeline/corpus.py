@@ -69,11 +69,16 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
     return table.column("src").to_pylist(), table.column("tgt").to_pylist()
 
 
-def directions_of(batch: pa.RecordBatch | pa.Table) -> list[str]:
-    """Each row's direction, "src_lang-tgt_lang"."""
+def direction_column(batch: pa.RecordBatch | pa.Table) -> pa.Array:
+    """Each row's direction, "src_lang-tgt_lang", as an Arrow column (the one place that spells the rule)."""
     import pyarrow.compute as pc
 
-    return pc.binary_join_element_wise(batch.column("src_lang"), batch.column("tgt_lang"), "-").to_pylist()
+    return pc.binary_join_element_wise(batch.column("src_lang"), batch.column("tgt_lang"), "-")
+
+
+def directions_of(batch: pa.RecordBatch | pa.Table) -> list[str]:
+    """Each row's direction, "src_lang-tgt_lang"."""
+    return direction_column(batch).to_pylist()
 
 
 def read_pairs_by_direction(path: Path) -> dict[str, tuple[list[int], list[str], list[str]]]:

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
-from pipeline.corpus import PAIR_SCHEMA, count_rows, iter_pair_batches
+from pipeline.corpus import PAIR_SCHEMA, count_rows, direction_column, iter_pair_batches
 from pipeline.errors import InputFileError, MissingArtifact, PipelineError
 from pipeline.languages import SCRIPTS, Directions
 from pipeline.params import CleanParams, Params
@@ -294,7 +294,7 @@ def rule_masks(
 
 def direction_labels(batch: pa.RecordBatch) -> pa.Array:
     """Each row's direction, "src_lang-tgt_lang" (null where a language is missing)."""
-    return pc.binary_join_element_wise(batch.column("src_lang"), batch.column("tgt_lang"), "-")
+    return direction_column(batch)
 
 
 def check_directions(batch: pa.RecordBatch, labels: pa.Array, source: Path, directions: Directions) -> None:

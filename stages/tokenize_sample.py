@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.corpus import iter_pair_batches
+from pipeline.corpus import direction_column, iter_pair_batches
 from pipeline.errors import InputFileError
 from pipeline.languages import Directions, temperature_shares
 
@@ -36,7 +36,7 @@ def row_directions(batch, names: list[str], path: Path, first_row: int) -> np.nd
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    joined = pc.binary_join_element_wise(batch.column("src_lang"), batch.column("tgt_lang"), "-")
+    joined = direction_column(batch)
     index = pc.index_in(joined, value_set=pa.array(names, pa.string()))
     if index.null_count:
         row = int(np.flatnonzero(index.is_null().to_numpy(zero_copy_only=False))[0])
