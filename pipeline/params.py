@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -308,11 +309,17 @@ class ModelParams(_Section):
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     tie_embeddings: bool = True
     max_positions: int = Field(512, ge=16)
+    # init: pretrained: ISO code -> the checkpoint's own language code, where the built-in map
+    # (pipeline/families.py) picks another or none: {zh: zho_Hant} for NLLB, {en: ">>eng<<"} for OPUS-MT.
+    language_codes: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelParams:
         if self.init == "pretrained" and not self.name_or_path:
             raise ValueError("init 'pretrained' needs model.name_or_path")
+        bad = [lang for lang in self.language_codes if not re.fullmatch(r"[a-z]{2,3}", lang)]
+        if bad:
+            raise ValueError(f"language_codes: keys are the directions' ISO codes (e.g. en), not {bad}")
         arch = self.architecture()
         if arch["d_model"] % arch["attention_heads"]:
             raise ValueError(
@@ -374,6 +381,11 @@ class TrainParams(_Section):
     # translation_multi_simple_epoch), then batches them by length, so batches mix directions. 1 = in proportion
     # to the data; larger flattens towards equal shares.
     temperature: float = Field(1.5, ge=1.0)
+    # Large checkpoints on small GPUs: recompute activations in the backward pass (about a third slower, much less
+    # activation memory), and keep some weights fixed (embeddings: the shared token embeddings, and the output
+    # projection tied to them; encoder: the whole encoder).
+    gradient_checkpointing: bool = False
+    freeze: list[Literal["embeddings", "encoder"]] = Field(default_factory=list)
 
     @field_validator("nproc")
     @classmethod
