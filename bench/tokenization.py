@@ -86,7 +86,7 @@ def main() -> None:
     from pipeline.languages import Directions
     from pipeline.params import parse
     from pipeline.token_arrays import TokenArray
-    from stages.tokenize import encode_split, sentences_of, spm_encoder, train_spm
+    from stages.tokenize import encode_split, sentences_of, side_by_side, spm_encoder, train_spm
 
     threads = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,8 +112,8 @@ def main() -> None:
             sp.encode(tgt, num_threads=threads)
             raw_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            stats = encode_split(encoders, parquet, root / "train", "uint16", sp.piece_to_id("<unk>"), 10**6, False,
-                                 direction)
+            stats = encode_split(side_by_side(encoders), parquet, root / "train", "uint16", sp.piece_to_id("<unk>"),
+                                 10**6, False, direction)
             stage_s.append(time.perf_counter() - t0)
         del src, tgt
 

@@ -11,10 +11,18 @@ language the target tags (`>>de<<`) are SentencePiece user-defined symbols (neve
 the control pieces), and every source sequence starts with its row's tag: the text's pieces get the tag id put in
 front (the tag is not encoded as text, where SentencePiece would give it a `▁` piece of its own).
 
-The tokenizer is also saved as a standard transformers `MarianTokenizer` (`hf_tokenizer/`, with the model's
-directions in `languages.json`), which the train stage ships inside `models/final`, so
-`AutoTokenizer.from_pretrained("models/final")(">>de<< " + text)` (`Directions.tagged`) gives the same ids as the
-arrays here. Beside each split's arrays, `<split>.dir.npy` gives every row's direction (pipeline/token_arrays.py).
+The tokenizer is also saved as a standard transformers `MarianTokenizer` (`hf_tokenizer/`), which the train stage
+ships inside `models/final`, so `AutoTokenizer.from_pretrained("models/final")(">>de<< " + text)`
+(`Directions.tagged`) gives the same ids as the arrays here. Beside each split's arrays, `<split>.dir.npy` gives
+every row's direction (pipeline/token_arrays.py).
+
+With `model.init: pretrained` (Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB: pipeline/families.py) every row is
+encoded by the checkpoint's own tokenizer set to the row's direction, `tokenizer(src, text_target=tgt)` with
+src_lang/tgt_lang set (Marian multi-target: the target's tag in front of the source), so the arrays are what the
+checkpoint was trained on. Either way `hf_tokenizer/languages.json` records the directions, the family, each
+language's code and each direction's layout of special ids (pipeline/sequence_layout.py), which every later stage
+reads: for a pretrained checkpoint measured on its tokenizer (stages/tokenizer_layout.py), for the trained one the
+Marian layout it is built with.
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ import numpy as np
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import count_rows, iter_pair_batches
-from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.errors import HubUnreachable, MissingArtifact, PipelineError
+from pipeline.families import Family, family_of, language_codes
 from pipeline.languages import Directions, target_tag
 from pipeline.params import Params
+from pipeline.sequence_layout import DirectionLayout, ModelLanguages
 from pipeline.token_arrays import (
     MAX_DIRECTIONS,
     TokenArrayWriter,
@@ -110,12 +120,13 @@ def marian_vocab(spm_model: Path) -> dict[str, int]:
     return vocab
 
 
-def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, directions: Directions) -> None:
+def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, languages: ModelLanguages) -> None:
     """Save a transformers MarianTokenizer over the SentencePiece model(s): one shared vocab.json when joint,
     vocab.json + target_vocab.json when the sides have their own models; languages.json beside them."""
     from transformers import MarianTokenizer
 
     separate = src_spm != tgt_spm
+    directions = languages.directions
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         (tmp / "vocab.json").write_text(json.dumps(marian_vocab(src_spm), ensure_ascii=False), encoding="utf-8")
@@ -137,7 +148,7 @@ def write_hf_tokenizer(src_spm: Path, tgt_spm: Path, out_dir: Path, directions: 
             model_max_length=1024,
         )
         tokenizer.save_pretrained(tmp)
-        directions.write(tmp)
+        languages.write(tmp)
 
 
 def _only(languages: list[str]) -> str | None:
@@ -147,6 +158,9 @@ def _only(languages: list[str]) -> str | None:
 # (texts, each row's index into the directions) -> (ids of every sentence back to back, each ending in </s>; the
 # length of each sentence). The direction picks a source sentence's target tag; target encoders ignore it.
 Encoder = Callable[[list[str], np.ndarray], tuple[np.ndarray, np.ndarray]]
+# (sources, targets, each row's index into the directions) -> {"src": (ids, lengths), "tgt": (ids, lengths)}, as
+# an Encoder gives them: what encode_split calls on every batch of pairs.
+PairEncoder = Callable[[list[str], list[str], np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]
 
 
 def frame(flat: np.ndarray, lengths: np.ndarray, eos_id: int,
@@ -179,6 +193,16 @@ def spm_encoder(model_file: Path, eos_id: int, threads: int, tag_ids: np.ndarray
     return encode
 
 
+def side_by_side(encoders: dict[str, Encoder]) -> PairEncoder:
+    """Pairs encoded one side at a time, each side by its own Encoder (SentencePiece: a side's ids do not depend
+    on the other side)."""
+    def encode(sources: list[str], targets: list[str],
+               direction_of_rows: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return {"src": encoders["src"](sources, direction_of_rows), "tgt": encoders["tgt"](targets, direction_of_rows)}
+
+    return encode
+
+
 def _tag_ids(vocab: dict[str, int], directions: Directions) -> np.ndarray | None:
     """Each direction's target-tag id, or None when targets are not tagged."""
     if not directions.target_tags:
@@ -186,57 +210,109 @@ def _tag_ids(vocab: dict[str, int], directions: Directions) -> np.ndarray | None
     return np.array([vocab[target_tag(d.tgt)] for d in directions.directions], dtype=np.int64)
 
 
-def _tag_meta(vocab: dict[str, int], directions: Directions) -> dict[str, Any]:
-    return {"directions": directions.names, "target_tags": directions.target_tags,
-            "target_tag_ids": {tag: vocab[tag] for tag in directions.tags}}
+def _tag_meta(directions: Directions, tag_ids: dict[str, int]) -> dict[str, Any]:
+    return {"directions": directions.names, "target_tags": directions.target_tags, "target_tag_ids": tag_ids}
 
 
-def pretrained_tokenizer(params: Params, out_dir: Path,
-                         directions: Directions) -> tuple[dict[str, Any], dict[str, Encoder]]:
-    """model.init: pretrained: the checkpoint's own tokenizer encodes the corpus and travels with the model. With
-    target tags it must be a MarianTokenizer holding every tag (OPUS-MT multi-target style), which reads a
-    leading `>>de<<` of the text as one token: the tags go in as text."""
-    from transformers import AutoTokenizer
+def load_checkpoint(name: str) -> tuple[Any, Any]:
+    """(tokenizer, config) of model.name_or_path, a local save_pretrained directory or a hub name; a PipelineError
+    saying what to do when it cannot be loaded: HubUnreachable for a hub name not in the local cache while the hub
+    cannot be reached (offline, HF_HUB_OFFLINE=1)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name), config
+    except (OSError, ValueError) as err:
+        reason = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+        if Path(name).is_dir() or not isinstance(err, OSError):
+            raise PipelineError(f"model.name_or_path {name}: not a checkpoint with a config.json and tokenizer "
+                                f"files that load ({reason})") from None
+        raise HubUnreachable(
+            f"model.name_or_path {name!r} is not a local directory, and the Hugging Face hub is unreachable from "
+            f"here (or has no such model): {reason}. Pass a local directory: set model.name_or_path "
+            "to a directory the checkpoint was saved to with save_pretrained (on a machine that reaches the hub)"
+        ) from None
+
+
+def checkpoint_codes(family: Family, vocabulary: dict[str, int], directions: Directions,
+                     overrides: dict[str, str], where: str) -> dict[str, str]:
+    """{ISO code: the checkpoint's code} of what the tokenizer is told. A family that sets languages needs every
+    language's code; Marian only its targets' tags, and only when the checkpoint is multi-target (tags in its
+    vocabulary): a single-target one reads plain text and translates into its one language."""
+    if family.sets_languages:
+        return language_codes(family, directions.languages, vocabulary, overrides, where)
+    if family.codes_in(vocabulary):
+        return language_codes(family, directions.targets, vocabulary, overrides, where)
+    if directions.target_tags:
+        raise PipelineError(
+            f"{where}: data.directions {directions.names} need a target tag in front of every source "
+            f"({', '.join(directions.tags)}), which takes a multi-target MarianTokenizer with tags in its "
+            f"vocabulary; this checkpoint has a MarianTokenizer without {', '.join(directions.tags)} (no >>xx<< tag "
+            "at all: a single-target checkpoint, for one direction)")
+    return {}
+
+
+def checkpoint_encoder(tokenizer: Any, family: Family, directions: Directions, codes: dict[str, str]) -> PairEncoder:
+    """Every row encoded by the checkpoint's tokenizer set to the row's direction: a batch's rows are grouped by
+    direction, each group encoded in one call (stages/tokenizer_layout.encode_direction), and the ids put back in
+    row order. The tokenizer adds every special id (codes, tags, </s>) itself."""
+    from stages.tokenizer_layout import encode_direction
+
+    def encode(sources: list[str], targets: list[str],
+               direction_of_rows: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        ids: dict[str, list[list[int]]] = {side: [[] for _ in sources] for side in SIDES}
+        for number in np.unique(direction_of_rows).tolist():
+            rows = np.flatnonzero(direction_of_rows == number).tolist()
+            encoded = encode_direction(tokenizer, family, directions.directions[number], codes,
+                                       [sources[i] for i in rows], [targets[i] for i in rows])
+            for side, side_ids in zip(SIDES, encoded, strict=True):
+                for row, row_ids in zip(rows, side_ids, strict=True):
+                    ids[side][row] = row_ids
+        return {side: flatten(ids[side]) for side in SIDES}
+
+    return encode
+
+
+def pretrained_tokenizer(params: Params, out_dir: Path, directions: Directions) -> tuple[dict[str, Any], PairEncoder]:
+    """model.init: pretrained: the checkpoint's own tokenizer encodes the corpus, each row in its direction, and
+    travels with the model; languages.json records the family, the codes and each direction's layout as the
+    tokenizer itself lays the special ids out."""
+    from stages.tokenizer_layout import measure_layout, tokenizer_vocabulary
 
     name = params.model.name_or_path
-    tokenizer = AutoTokenizer.from_pretrained(name)
-    vocab = tokenizer.get_vocab()
-    _check_pretrained_tags(tokenizer, vocab, directions, name)
+    where = f"model.name_or_path {name}"
+    tokenizer, config = load_checkpoint(name)
+    family = family_of(config.model_type, type(tokenizer).__name__, where)
+    vocabulary = tokenizer_vocabulary(tokenizer)
+    codes = checkpoint_codes(family, vocabulary, directions, params.model.language_codes, where)
+    # Saved before any direction is set, so the checkpoint's own src_lang/tgt_lang defaults travel with it.
     tokenizer.save_pretrained(out_dir / "hf_tokenizer")
-    directions.write(out_dir / "hf_tokenizer")
-    meta = {"vocab_size": len(tokenizer), "pad_id": tokenizer.pad_token_id, "eos_id": tokenizer.eos_token_id,
-            "unk_id": tokenizer.unk_token_id, "tokenizer": name, **_tag_meta(vocab, directions)}
-    prefixes = [directions.tagged("", d.tgt) for d in directions.directions]  # ">>de<< " or ""
-
-    def encode_src(texts: list[str], direction_of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if directions.target_tags:
-            texts = [prefixes[d] + text for d, text in zip(direction_of_rows.tolist(), texts, strict=True)]
-        return flatten(tokenizer(texts).input_ids)
-
-    encoders: dict[str, Encoder] = {  # the tokenizer appends </s> itself
-        "src": encode_src,
-        "tgt": lambda texts, _rows: flatten(tokenizer(text_target=texts).input_ids),
+    layouts = {str(d): measure_layout(tokenizer, family, config, d, codes, where) for d in directions.directions}
+    ModelLanguages(directions, family.name, codes, layouts).write(out_dir / "hf_tokenizer")
+    tags = {} if family.sets_languages else {codes[t]: vocabulary[codes[t]] for t in directions.targets if t in codes}
+    meta = {
+        # Every id the tokenizer can give fits the arrays' dtype (M2M-100's codes are outside get_vocab()).
+        "vocab_size": max(len(tokenizer), max(vocabulary.values()) + 1), "pad_id": tokenizer.pad_token_id,
+        "eos_id": tokenizer.eos_token_id, "unk_id": tokenizer.unk_token_id, "tokenizer": name,
+        "family": family.name, **_tag_meta(directions, tags),
     }
-    return meta, encoders
+    return meta, checkpoint_encoder(tokenizer, family, directions, codes)
 
 
-def _check_pretrained_tags(tokenizer: Any, vocab: dict[str, int], directions: Directions, name: str) -> None:
-    from transformers import MarianTokenizer
-
-    if not directions.target_tags:
-        return
-    missing = [tag for tag in directions.tags if tag not in vocab]
-    if not isinstance(tokenizer, MarianTokenizer) or missing:
-        raise PipelineError(
-            f"model.name_or_path {name}: data.directions {directions.names} need a target tag in front of every "
-            f"source ({', '.join(directions.tags)}), which takes a MarianTokenizer with those tags in its "
-            f"vocabulary; this checkpoint has a {type(tokenizer).__name__}"
-            + (f" without {', '.join(missing)}" if missing else "")
-        )
+def scratch_languages(vocab: dict[str, int], directions: Directions) -> ModelLanguages:
+    """The trained tokenizer's languages: the Marian family, the targets' tags as codes when there are several
+    targets, and the layout it is built with (the tag in front of the source, </s> after each side, decoding from
+    <pad>)."""
+    eos, pad = vocab[EOS], vocab[PAD]
+    codes = {t: target_tag(t) for t in directions.targets} if directions.target_tags else {}
+    layouts = {str(d): DirectionLayout((vocab[codes[d.tgt]],) if codes else (), (eos,), (), (eos,), pad)
+               for d in directions.directions}
+    return ModelLanguages(directions, "marian", codes, layouts)
 
 
 def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
-                      directions: Directions) -> tuple[dict[str, Any], dict[str, Encoder], dict[str, Any]]:
+                      directions: Directions) -> tuple[dict[str, Any], PairEncoder, dict[str, Any]]:
     """Train SentencePiece (joint or one model a side) on the training pairs; save the HF tokenizer beside it.
     Also returns the per-language figures of the balanced sample (empty with one direction)."""
     threads = os.cpu_count() or 1  # encoding output does not depend on the thread count; training does
@@ -251,14 +327,15 @@ def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
     else:
         src_spm = train_spm(params, sentences_of(train_file, ("src",)), out_dir / "spm.src.model")
         tgt_spm = train_spm(params, sentences_of(train_file, ("tgt",)), out_dir / "spm.tgt.model")
-    write_hf_tokenizer(src_spm, tgt_spm, out_dir / "hf_tokenizer", directions)
     vocab = marian_vocab(src_spm)
+    write_hf_tokenizer(src_spm, tgt_spm, out_dir / "hf_tokenizer", scratch_languages(vocab, directions))
     # Separate models are trained to exactly vocab_size pieces, so both sides share the size and the <pad> id.
     meta = {"vocab_size": len(vocab), "pad_id": vocab[PAD], "eos_id": vocab[EOS], "unk_id": vocab[UNK],
-            "tokenizer": "sentencepiece", "joint": params.tokenize.joint, **_tag_meta(vocab, directions)}
+            "tokenizer": "sentencepiece", "joint": params.tokenize.joint, "family": "marian",
+            **_tag_meta(directions, {tag: vocab[tag] for tag in directions.tags})}
     encoders = {"src": spm_encoder(src_spm, vocab[EOS], threads, _tag_ids(vocab, directions)),
                 "tgt": spm_encoder(tgt_spm, vocab[EOS], threads)}
-    return meta, encoders, sample
+    return meta, side_by_side(encoders), sample
 
 
 def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
@@ -270,11 +347,12 @@ def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
 
 
 def encode_split(
-    encoders: dict[str, Encoder], parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool,
+    encode_pairs: PairEncoder, parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool,
     directions: Directions,
 ) -> dict[str, Any]:
-    """Encode one split, streaming over Parquet batches; every sentence ends with </s>. Writes the token arrays
-    and each row's direction (`<split>.dir.npy`); a row of a direction the model does not have is an error.
+    """Encode one split, streaming over Parquet batches, every pair in its row's direction (with the special ids
+    the tokenizer adds: </s>, tags, language codes). Writes the token arrays and each row's direction
+    (`<split>.dir.npy`); a row of a direction the model does not have is an error.
 
     Pairs with a side longer than `max_len` tokens are counted; with `drop` they are left out of the arrays.
     """
@@ -291,7 +369,7 @@ def encode_split(
         progress.update(len(batch))
         row_dirs = row_directions(batch, directions.names, parquet, rows_read)
         rows_read += len(batch)
-        encoded = {side: encoders[side](batch.column(side).to_pylist(), row_dirs) for side in SIDES}
+        encoded = encode_pairs(batch.column("src").to_pylist(), batch.column("tgt").to_pylist(), row_dirs)
         too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
         overlong += int(too_long.sum())
         kept_directions.append(row_dirs[~too_long] if drop else row_dirs)
@@ -340,15 +418,15 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         out.mkdir()
         sample: dict[str, Any] = {}
         if params.model.init == "pretrained":
-            meta, encoders = pretrained_tokenizer(params, out, directions)
+            meta, encode_pairs = pretrained_tokenizer(params, out, directions)
         else:
-            meta, encoders, sample = trained_tokenizer(params, train_file, out, directions)
+            meta, encode_pairs, sample = trained_tokenizer(params, train_file, out, directions)
         dtype = token_dtype(meta["vocab_size"])
         meta.update(dtype=dtype, splits=splits)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
         per_split = {
             # Only training pairs are ever dropped; test sets are translated whole (the model truncates input).
-            s: encode_split(encoders, paths.split_file(paths.clean, s), out / s, dtype, meta["unk_id"], max_len,
+            s: encode_split(encode_pairs, paths.split_file(paths.clean, s), out / s, dtype, meta["unk_id"], max_len,
                             drop=params.tokenize.overlong == "drop" and s == "train", directions=directions)
             for s in splits
         }

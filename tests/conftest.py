@@ -93,3 +93,20 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model = build_model(params.model, meta["vocab_size"], meta["pad_id"], meta["eos_id"])
     save_final(model, paths.tokenized / "hf_tokenizer", paths.final_model)
     return paths.final_model
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A factory: `tiny_checkpoint("mbart50")` -> a tiny random save_pretrained checkpoint of that family
+    (tests/unit/tiny_checkpoints.py FAMILY_NAMES), built once per session. Treat it as read-only: copy it
+    (`build_tiny(family, dir)`) to change it."""
+    from tests.unit.tiny_checkpoints import build_tiny
+
+    built: dict[str, Path] = {}
+
+    def checkpoint(family: str) -> Path:
+        if family not in built:
+            built[family] = build_tiny(family, tmp_path_factory.mktemp(f"tiny_{family}") / "checkpoint")
+        return built[family]
+
+    return checkpoint

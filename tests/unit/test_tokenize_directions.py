@@ -131,7 +131,15 @@ def test_mtpipe_translate_s_tokenizer_gives_identical_ids_on_every_valid_row(tok
 
 def test_languages_json_records_the_directions_beside_the_tokenizer(tokenized):
     recorded = json.loads((tokenized.tokenized / "hf_tokenizer" / "languages.json").read_text(encoding="utf-8"))
-    assert recorded == {"directions": list(THREE), "target_tags": True}
+    pad_id = json.loads((tokenized.tokenized / "meta.json").read_text(encoding="utf-8"))["pad_id"]
+    assert {k: recorded[k] for k in ("directions", "target_tags", "family", "codes")} == {
+        "directions": list(THREE), "target_tags": True, "family": "marian",
+        "codes": {"de": ">>de<<", "fr": ">>fr<<", "cs": ">>cs<<"}}
+    # Each source starts with its target's tag (ids 2, 3, 4: right after </s> and <unk>); decoding starts from <pad>.
+    tag_of = {name: recorded["layouts"][name]["source_prefix"] for name in THREE}
+    assert sorted(tag_of.values()) == [[2], [3], [4]]
+    assert recorded["layouts"]["en-fr"] == {"source_prefix": tag_of["en-fr"], "source_suffix": [0],
+                                            "target_prefix": [], "target_suffix": [0], "decoder_start": pad_id}
 
 
 def test_sentencepiece_trains_on_a_sample_balanced_across_languages(tokenized):
