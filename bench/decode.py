@@ -80,14 +80,14 @@ def timed(translate: Callable[[list[str]], list[str]], sources: list[str], repea
 # --------------------------------------------------------------------------------------------------- the paths
 
 
-def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace, tag: Callable[[str], str]
-                  ) -> tuple[Callable, Any]:
+def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) -> tuple[Callable, Any]:
     """The evaluate stage's translate, with the export manifest's length rule (so every path decodes by one), on
-    the sources as tagged by `tag`."""
+    the sources in the direction's layout (its tag or code, from the model's languages.json)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from pipeline.params import EvaluateParams
+    from pipeline.sequence_layout import ModelLanguages
     from stages.evaluate import translate
 
     torch.set_num_threads(args.threads)
@@ -95,8 +95,8 @@ def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace, ta
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     settings = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens, max_len_a=generation.max_len_a,
                               max_len_b=generation.max_len_b)
-    return (lambda sources: translate(model, tokenizer, [tag(s) for s in sources], settings, progress_bar=False)
-            ), tokenizer
+    layout = ModelLanguages.read(model_dir).layout(args.direction)
+    return (lambda sources: translate(model, tokenizer, layout, sources, settings, progress_bar=False)), tokenizer
 
 
 class FlopCounter:
@@ -305,7 +305,7 @@ def main() -> None:
 
     sources = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.src}.gz", args.limit)
     refs = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.tgt}.gz", args.limit)
-    generate, tokenizer = generate_path(args.model, manifest.generation, args, tag)
+    generate, tokenizer = generate_path(args.model, manifest.generation, args)
     results = {"generate": measure("generate", generate, sources, refs, tokenizer, args.repeat)}
     onnx, counter = onnx_path(export_dir, args, int8=False)
     results["onnx"] = measure("onnx", onnx, sources, refs, tokenizer, args.repeat)

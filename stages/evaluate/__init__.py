@@ -4,15 +4,18 @@ their signatures).
 The model is loaded from `models/final` with `from_pretrained`, the stage boundary being the standard format,
 not the training code; the directions it translates come from the `languages.json` beside it
 (pipeline.languages). A test split may hold rows of several directions (each row carries its languages): they are
-scored per direction, and each source goes to the tokenizer as the model reads it, with the target's `>>de<<` tag
-in front when the model has several targets. A direction in a test split that the model does not translate stops
-the stage, naming the split and the direction, before anything is decoded.
+scored per direction. Each source is the direction's layout around the text's pieces (pipeline.sequence_layout:
+the Marian `>>de<<` tag in front when the model has several targets, mBART-50/M2M-100/NLLB's source code, the
+</s>), and each translation is generated from the direction's decoder prefix (stages.prefixed_generate: the start
+token, then the target's code), so a multilingual checkpoint writes the direction's target language; the
+hypothesis is what follows the prefix. A direction in a test split that the model does not translate stops the
+stage, naming the split and the direction, before anything is decoded.
 
 Sentences are batched by tokens (sorted by length, restored to input order), and each sentence's output length is
-capped at `max_len_a * source_length + max_len_b` (pipeline.decoding.output_limit, the fairseq convention; per
-sentence, so a translation does not depend on its batch, and the same limit `mtpipe translate` applies). Scores
-are cased and computed on detokenized text (BLEU with sacreBLEU's default 13a tokenizer, TER case-sensitive)
-against the cleaned references.
+capped at `max_len_a * source_length + max_len_b` tokens after the decoder prefix (pipeline.decoding.output_limit,
+the fairseq convention; per sentence, so a translation does not depend on its batch, and the same limit `mtpipe
+translate` applies). Scores are cased and computed on detokenized text (BLEU with sacreBLEU's default 13a
+tokenizer, TER case-sensitive) against the cleaned references.
 
 Writes `metrics/eval.json` (results.py: {test_set: {direction: {bleu, chrf, ter, signature, length_ratio,
 sentences}}, "macro": {bleu, chrf, ter}}, so `dvc metrics diff` shows e.g. `test.en-de.bleu` and `macro.bleu`)
@@ -39,6 +42,7 @@ from pipeline.decoding import one_line, output_limit, pad_batch, token_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.languages import Direction, Directions
 from pipeline.params import MACRO, EvaluateParams, Params
+from pipeline.sequence_layout import DirectionLayout, ModelLanguages
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
 from stages.evaluate.results import DirectionResult, eval_json
@@ -48,17 +52,22 @@ log = logging.getLogger("mtpipe.evaluate")
 
 
 def translate(
-    model: Any, tokenizer: Any, sentences: list[str], cfg: EvaluateParams, progress_bar: bool = True
+    model: Any, tokenizer: Any, layout: DirectionLayout, sentences: list[str], cfg: EvaluateParams,
+    progress_bar: bool = True,
 ) -> list[str]:
-    """Beam-search translations in input order; a sentence's translation does not depend on its batch."""
+    """Beam-search translations of one direction's untagged `sentences`, in input order; a sentence's translation
+    does not depend on its batch."""
     import torch
     from tqdm import tqdm
-    from transformers import LogitsProcessorList
 
-    from stages.evaluate.sentence_limits import ForceEosAtSentenceLimit
+    from stages.prefixed_generate import generate_from_prefix
 
     max_positions = model.config.max_position_embeddings
-    encoded = tokenizer(sentences, truncation=True, max_length=max_positions).input_ids
+    # The pieces alone (no special ids): the layout puts the direction's own around them, the way the tokenizer
+    # does with src_lang set (or with the Marian tag in front). A long source keeps its framing and loses pieces.
+    framing = len(layout.source_prefix) + len(layout.source_suffix)
+    pieces = tokenizer(sentences, add_special_tokens=False).input_ids
+    encoded = [layout.source(p[: max_positions - framing]) for p in pieces]
 
     hyps = [""] * len(sentences)
     model.eval()
@@ -70,17 +79,18 @@ def translate(
         ids, mask = pad_batch([encoded[i] for i in batch], pad)
         limits = [output_limit(len(encoded[i]), cfg.max_len_a, cfg.max_len_b, max_positions) for i in batch]
         with torch.inference_mode():
-            out = model.generate(
-                input_ids=torch.from_numpy(ids).to(model.device),
-                attention_mask=torch.from_numpy(mask).to(model.device),
+            out = generate_from_prefix(
+                model,
+                torch.from_numpy(ids).to(model.device),
+                torch.from_numpy(mask).to(model.device),
+                layout.decoder_prefix,
+                limits,
+                eos_id=eos,
+                pad_id=pad,
                 num_beams=cfg.beam,
                 length_penalty=cfg.length_penalty,
-                # max_length counts the decoder start token; it overrides the model's own default.
-                max_length=max(limits) + 1,
-                logits_processor=LogitsProcessorList([ForceEosAtSentenceLimit(limits, cfg.beam, eos, model.device)]),
                 early_stopping=True,
                 bad_words_ids=[[pad]],
-                do_sample=False,
             )
         for i, text in zip(batch, tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
             hyps[i] = one_line(text)
@@ -153,12 +163,21 @@ def read_test_sets(paths: Paths, directions: Directions) -> dict[str, PairsByDir
     return test_sets
 
 
-def evaluate_direction(model: Any, tokenizer: Any, directions: Directions, test_set: str, direction: Direction,
+def model_languages(model_dir: Path) -> ModelLanguages:
+    """The directions' layouts of `model_dir` (its languages.json); a PipelineError naming the file if it has
+    none."""
+    try:
+        return ModelLanguages.read(model_dir)
+    except ValueError as err:
+        raise PipelineError(f"{err}: rerun the pipeline from tokenize (`dvc repro train`)") from None
+
+
+def evaluate_direction(model: Any, tokenizer: Any, layout: DirectionLayout, test_set: str, direction: Direction,
                        pairs: tuple[list[str], list[str]], cfg: EvaluateParams) -> DirectionResult:
-    """Translate one direction of one test set (sources tagged as the model reads them) and score it."""
+    """Translate one direction of one test set (in the direction's layout) and score it."""
     sources, refs = pairs
     start = time.perf_counter()
-    hyps = translate(model, tokenizer, [directions.tagged(s, direction.tgt) for s in sources], cfg)
+    hyps = translate(model, tokenizer, layout, sources, cfg)
     seconds = time.perf_counter() - start
     result = DirectionResult(test_set, str(direction), {**score(hyps, refs), "sentences": len(hyps)},
                              score_sentences(sources, refs, hyps))
@@ -172,13 +191,15 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         raise MissingArtifact(paths.final_model, "train")
     directions = model_directions(paths.final_model)
     test_sets = read_test_sets(paths, directions)
+    languages = model_languages(paths.final_model)
     model, tokenizer = load_model(paths.final_model)
     results: list[DirectionResult] = []
     with atomic_path(paths.eval_dir) as out:
         out.mkdir()
         for split, by_direction in test_sets.items():
             for direction, pairs in by_direction.items():
-                result = evaluate_direction(model, tokenizer, directions, split, direction, pairs, params.evaluate)
+                result = evaluate_direction(model, tokenizer, languages.layout(direction), split, direction, pairs,
+                                            params.evaluate)
                 hyps = "".join(s.hyp + "\n" for s in result.sentences)
                 (out / f"{result.name}.hyp.txt").write_text(hyps, encoding="utf-8")
                 write_sentence_table(out / f"{result.name}.sentences.tsv", result.sentences)

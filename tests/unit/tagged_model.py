@@ -1,7 +1,7 @@
 """An untrained tiny Marian model of several directions, saved as `models/final` would be, for the evaluate and card
 tests: a joint SentencePiece model over the cleaned training pairs of every direction, with the target tags
 (`>>de<<`, `>>fr<<`) as user-defined symbols when there are several targets (as the tokenize stage reserves them),
-the MarianTokenizer over it, and `languages.json`.
+the MarianTokenizer over it, and `languages.json` with the scratch layouts (stages.tokenize.scratch_languages).
 
 Built here, not through the tokenize stage, so these tests pin what evaluate and card do with a tagged model
 whatever else the tokenize stage does.
@@ -50,6 +50,7 @@ def tagged_tiny_model(root: Path, directions: tuple[str, ...], sizes: dict[str, 
     from pipeline.artifacts import Paths
     from pipeline.languages import Directions
     from pipeline.params import parse
+    from stages.tokenize import scratch_languages
     from stages.train.model import build_model
     from stages.train.save import save_final
 
@@ -60,8 +61,9 @@ def tagged_tiny_model(root: Path, directions: tuple[str, ...], sizes: dict[str, 
     work = root / "tokenizer"
     work.mkdir()
     tokenizer_dir = marian_tokenizer_dir(train_joint_spm(texts, pairs.tags, work / "spm.model"), work / "hf")
-    pairs.write(tokenizer_dir)  # as the tokenize stage does: languages.json travels with the tokenizer
     vocab = json.loads((tokenizer_dir / "vocab.json").read_text(encoding="utf-8"))
+    # As the tokenize stage does: languages.json (directions, tags, layouts) travels with the tokenizer.
+    scratch_languages(vocab, pairs).write(tokenizer_dir)
     model = build_model(parse({"model": {"preset": "tiny"}}).model, len(vocab), vocab[PAD], vocab[EOS])
     save_final(model, tokenizer_dir, paths.final_model)
     return paths.final_model

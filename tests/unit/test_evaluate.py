@@ -4,7 +4,7 @@ worst sentences and the same as a page that loads nothing.
 
 One module-scoped run of the stage on the untrained one-direction tiny model (two small test sets, beam 2) serves
 the file assertions; another on an untrained tiny en-de + en-fr model whose tokenizer has the target tags, with
-its tokenizer recording what it encodes, serves the multi-direction ones; the scoring helpers are pinned on
+the source rows its model is given recorded, serves the multi-direction ones; the scoring helpers are pinned on
 hand-made sentences.
 """
 
@@ -22,6 +22,7 @@ from pipeline.corpus import read_pairs_by_direction
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.languages import LANGUAGES_FILE, Directions
 from pipeline.params import MACRO, parse
+from pipeline.sequence_layout import ModelLanguages
 from stages import evaluate
 from stages.evaluate.length_plot import length_bins, length_plot_svg, nice_step
 from stages.evaluate.report_html import html_report
@@ -64,20 +65,19 @@ def evaluated(tiny_model_dir, tmp_path_factory):
     return paths, summary
 
 
-class RecordingTokenizer:
-    """The model's own tokenizer, recording each text the stage asks it to encode with the ids it gave back."""
+class RecordingModel:
+    """The model, recording every source row (padding dropped) `generate` is given."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.encoded: list[tuple[str, list[int]]] = []
+    def __init__(self, model):
+        self.model = model
+        self.sources: list[list[int]] = []
 
-    def __call__(self, texts, **kwargs):
-        out = self.tokenizer(texts, **kwargs)
-        self.encoded += list(zip(texts, out.input_ids, strict=True))
-        return out
+    def generate(self, input_ids, attention_mask, **kwargs):
+        self.sources += [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
+        return self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
     def __getattr__(self, name):
-        return getattr(self.tokenizer, name)
+        return getattr(self.model, name)
 
 
 # en-de and en-fr in `test` (6 rows each); en-fr only in `test_fr` (4 rows)
@@ -93,12 +93,12 @@ def evaluated_multi(tmp_path_factory):
     english, french = (multi30k_lines("test_2016_flickr", lang)[10:14] for lang in ("en", "fr"))
     test_fr = list(zip(english, french, strict=True))
     write_pair_parquet(paths.split_file(paths.clean, "test_fr"), test_fr, "test_2016_flickr.en", "en-fr")
-    recorder: list[RecordingTokenizer] = []
+    recorder: list[tuple[RecordingModel, object]] = []
 
     def load_recording(model_dir):
         model, tokenizer = real_load(model_dir)
-        recorder.append(RecordingTokenizer(tokenizer))
-        return model, recorder[-1]
+        recorder.append((RecordingModel(model), tokenizer))
+        return recorder[-1]
 
     real_load = evaluate.load_model
     with pytest.MonkeyPatch.context() as patch, one_torch_thread():
@@ -198,9 +198,10 @@ def test_a_sentences_translation_does_not_depend_on_the_sentences_batched_with_i
     # The untrained model never ends on its own, so every output length is its sentence's own limit.
     sentences = ["Two dogs.", "A woman in a red coat rides her bike down a long and busy city street.", "Hi"]
     cfg = parse({"evaluate": {"beam": 2}}).evaluate
+    layout = ModelLanguages.read(tiny_model_dir).layout("en-de")
     with one_torch_thread():
-        together = evaluate.translate(model, tokenizer, sentences, cfg, progress_bar=False)
-        alone = [evaluate.translate(model, tokenizer, [s], cfg, progress_bar=False)[0] for s in sentences]
+        together = evaluate.translate(model, tokenizer, layout, sentences, cfg, progress_bar=False)
+        alone = [evaluate.translate(model, tokenizer, layout, [s], cfg, progress_bar=False)[0] for s in sentences]
     assert together == alone
     lengths = [len(tokenizer(text_target=t)["input_ids"]) for t in together]
     assert lengths[0] < lengths[1]
@@ -231,19 +232,16 @@ def test_every_direction_of_every_test_set_is_scored_and_macro_is_their_mean(eva
                             "macro.ter"}
 
 
-def test_each_source_reaches_the_tokenizer_with_its_targets_tag_as_one_token(evaluated_multi):
-    paths, _, recorder = evaluated_multi
-    tokenizer = recorder.tokenizer
+def test_each_source_reaches_the_model_as_its_targets_tag_then_the_texts_own_ids(evaluated_multi):
+    paths, _, (model, tokenizer) = evaluated_multi
     expected = []
     for split in MULTI_TEST_SETS:
         for direction, (_, sources, _) in read_pairs_by_direction(paths.split_file(paths.clean, split)).items():
-            expected += [(f">>{direction.split('-')[1]}<< {s}", s) for s in sources]
-    assert [text for text, _ in recorder.encoded] == [tagged for tagged, _ in expected]
-    for (text, ids), (_, source) in zip(recorder.encoded, expected, strict=True):
-        tag_id = tokenizer.convert_tokens_to_ids(text[:6])
-        assert tag_id != tokenizer.unk_token_id
-        # the tag, then exactly the ids of the untagged source
-        assert ids == [tag_id, *tokenizer(source).input_ids]
+            tag_id = tokenizer.convert_tokens_to_ids(f">>{direction.split('-')[1]}<<")
+            assert tag_id != tokenizer.unk_token_id
+            # the tag as one token, then exactly the tokenizer's ids of the untagged source (its </s> last)
+            expected += [[tag_id, *tokenizer(source).input_ids] for source in sources]
+    assert sorted(model.sources) == sorted(expected)
 
 
 def test_the_sentence_tables_and_hypotheses_are_per_direction_with_untagged_sources(evaluated_multi):
