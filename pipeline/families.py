@@ -106,7 +106,13 @@ SUPPORTED = ", ".join(f"{f.name} ({f.tokenizer_classes[0]} + model_type {f.model
 
 def family_of(model_type: str | None, tokenizer_class: str | None, where: str) -> Family:
     """The family of a checkpoint from its model_type and tokenizer class; UnsupportedCheckpoint naming the
-    supported families otherwise. `where` names the checkpoint in the message."""
+    supported families otherwise. `where` names the checkpoint in the message.
+
+    Without a tokenizer class (older OPUS-MT repositories name none) the family is the one whose tokenizer
+    AutoTokenizer picks for the model_type: marian, mbart (cc25) or m2m100."""
+    if tokenizer_class is None:
+        tokenizer_class = {"marian": "MarianTokenizer", "mbart": "MBartTokenizer",
+                           "m2m_100": "M2M100Tokenizer"}.get(model_type or "")
     for family in FAMILIES:
         if tokenizer_class in family.tokenizer_classes:
             if model_type != family.model_type:

@@ -1,4 +1,6 @@
-"""train: a transformers Marian seq2seq model trained by a plain PyTorch loop (see loop.py) on the encoded arrays.
+"""train: a transformers seq2seq model trained by a plain PyTorch loop (see loop.py) on the encoded arrays: a
+Marian model from scratch, or a pretrained Marian (OPUS-MT), mBART(-50) or M2M-100/NLLB checkpoint fine-tuned
+(decoder inputs start from each direction's recorded start token, as the family shifts its labels).
 
 `run(params, paths)` trains in this process, or relaunches the stage through torchrun when `train.nproc` asks
 for more than one process; rank 0 writes `models/final`, `models/checkpoints`, `metrics/train.json` and the

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.sequence_layout import DirectionLayout
 from pipeline.token_arrays import TokenArray
 
 IGNORE_INDEX = -100  # label value ignored by the loss
@@ -126,13 +127,40 @@ class Batch:
 
 
 class Collator:
-    """Pad a batch of pairs: source + </s>; decoder input = <pad>(start) + target[:-1]; labels = target + </s>.
+    """Pad a batch of pairs: input = source ids; labels = target ids; decoder input = the row's direction's start
+    id + labels[:-1], as the family's own model shifts its labels (pipeline/sequence_layout.py):
+
+        Marian (the scratch model too)   start <pad>    (shift_tokens_right with decoder_start_token_id = pad)
+        mBART-50, M2M-100, NLLB          start </s>     (decoder_start_token_id = eos)
+        mBART cc25                       start de_DE    (its wrap-around shift: the label's last token, which is the
+                                                         target code, whatever the sentence)
+
+    The start is one id per direction (`layouts[d].decoder_start`) and each row's direction is known
+    (`row_directions`, from `<split>.dir.npy`), so the first column is one gather. Truncation to `max_len` keeps
+    the sentence's trailing special ids (its layout's suffix: `</s>`, or mBART cc25's `</s> de_DE`), as the
+    tokenizers truncate, so the model still learns where sentences end and the start stays the label's last token.
+    Without `layouts` every row is of one direction with Marian's: start <pad>, one trailing `</s>`.
 
     Whole-batch numpy: each side is one gather from the memory-mapped tokens through a (rows x width) position
     matrix, so the cost does not grow with a Python loop over rows."""
 
-    def __init__(self, src: TokenArray, tgt: TokenArray, pad_id: int, max_len: int):
+    def __init__(self, src: TokenArray, tgt: TokenArray, pad_id: int, max_len: int,
+                 row_directions: np.ndarray | None = None, layouts: Sequence[DirectionLayout] | None = None):
         self.src, self.tgt, self.pad_id, self.max_len = src, tgt, pad_id, max_len
+        self.layouts = list(layouts) if layouts is not None else None
+        self.row_directions = (np.zeros(len(src), dtype=np.int64) if row_directions is None
+                               else np.asarray(row_directions, dtype=np.int64))
+        # Per direction: the decoder's start id, and how many trailing ids truncation keeps on each side.
+        self.decoder_starts = np.array([layout.decoder_start for layout in self.layouts] if self.layouts
+                                       else [pad_id], dtype=np.int64)
+        self.source_tails = np.array([len(layout.source_suffix) for layout in self.layouts] if self.layouts
+                                     else [1], dtype=np.int64)
+        self.target_tails = np.array([len(layout.target_suffix) for layout in self.layouts] if self.layouts
+                                     else [1], dtype=np.int64)
+
+    def decoder_prefix(self, direction: int) -> tuple[int, ...]:
+        """What a translation of the direction is decoded after (its start id, then the target's prefix)."""
+        return self.layouts[direction].decoder_prefix if self.layouts else (self.pad_id,)
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         return np.minimum(self.src.lengths, self.max_len), np.minimum(self.tgt.lengths, self.max_len)
@@ -144,32 +172,40 @@ class Collator:
     def truncated(self) -> int:
         return int(((self.src.lengths > self.max_len) | (self.tgt.lengths > self.max_len)).sum())
 
-    def clip(self, seq: np.ndarray) -> np.ndarray:
-        # Truncation keeps the final </s> so the model still learns where sentences end.
-        return seq if len(seq) <= self.max_len else np.append(seq[: self.max_len - 1], seq[-1])
+    def sources(self, indices: np.ndarray) -> list[np.ndarray]:
+        """The source ids of these rows, each truncated as in a batch (train-time BLEU decodes them)."""
+        ids, _, lengths = self.padded(self.src, np.asarray(indices, dtype=np.int64), self.source_tails)
+        return [row[:n] for row, n in zip(ids, lengths.tolist(), strict=True)]
 
-    def padded(self, side: TokenArray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, inside, lengths): the sentences clipped as `clip` does, left-aligned in a rows x longest matrix
-        (positions past a sentence's end hold token 0 and inside=False)."""
+    def padded(self, side: TokenArray, indices: np.ndarray,
+               tails: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, inside, lengths): the sentences left-aligned in a rows x longest matrix (positions past a
+        sentence's end hold token 0 and inside=False); one longer than max_len keeps its first ids and its last
+        `tails[direction]` ones."""
         starts, ends = side.offsets[indices], side.offsets[indices + 1]
         lengths = np.minimum(ends - starts, self.max_len)
         width = int(lengths.max()) if len(indices) else 0
         columns = np.arange(width)
         positions = starts[:, None] + columns[None, :]
         truncated = ends - starts > self.max_len
-        if truncated.any():  # then width == max_len; the kept last column reads the sentence's </s>
-            positions[truncated, self.max_len - 1] = ends[truncated] - 1
+        if truncated.any():  # then width == max_len; the last `tail` columns read the sentence's last ids
+            from_end = width - columns  # 1 in the last column
+            tail = tails[self.row_directions[indices[truncated]]]
+            positions[truncated] = np.where(from_end[None, :] <= tail[:, None],
+                                            ends[truncated][:, None] - from_end[None, :], positions[truncated])
         inside = columns[None, :] < lengths[:, None]
         return side.tokens[np.where(inside, positions, 0)].astype(np.int64), inside, lengths
 
     def __call__(self, indices: np.ndarray) -> Batch:
         indices = np.asarray(indices, dtype=np.int64)
-        src, src_inside, src_len = self.padded(self.src, indices)
-        tgt, tgt_inside, tgt_len = self.padded(self.tgt, indices)
+        src, src_inside, src_len = self.padded(self.src, indices, self.source_tails)
+        tgt, tgt_inside, tgt_len = self.padded(self.tgt, indices, self.target_tails)
         input_ids = np.where(src_inside, src, self.pad_id)
         labels = np.where(tgt_inside, tgt, IGNORE_INDEX)
         decoder_input_ids = np.full(labels.shape, self.pad_id, dtype=np.int64)
-        # Column j > 0 is the target's token j - 1, for j < its length (its final </s> is never an input).
+        if labels.shape[1]:
+            decoder_input_ids[:, 0] = self.decoder_starts[self.row_directions[indices]]
+        # Column j > 0 is the target's token j - 1, for j < its length (its last token is never an input).
         shifted_inside = np.arange(labels.shape[1] - 1)[None, :] < (tgt_len - 1)[:, None]
         decoder_input_ids[:, 1:] = np.where(shifted_inside, tgt[:, :-1], self.pad_id)
         return Batch(

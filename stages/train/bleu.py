@@ -2,10 +2,14 @@
 
 Each direction contributes `train.valid_bleu_sentences` pairs (all of them when it has fewer), drawn once with one
 seeded generator, direction after direction, and is scored on its own: the call returns one BLEU per direction
-(directions.py averages them). The sources are read from the encoded valid arrays the trainer already has (with
-target tags they already start with the target language's tag, so the model knows what to produce), and the
-references are the target ids decoded by the tokenizer in data/tokenized/hf_tokenizer, so the training process
-needs no Parquet reader. All directions' sentences are decoded together, in batches by length.
+(directions.py averages them). The sources are read from the encoded valid arrays the trainer already has (they
+hold the direction's source framing: Marian's target tag, mBART's and NLLB's source code), and each translation is
+decoded after its direction's decoder prefix (the start id, then the target's code: `</s> de_DE` for mBART-50,
+M2M-100 and NLLB), so every direction is generated in its target language, as the evaluate stage generates
+(stages/prefixed_generate.py); the hypothesis is what follows the prefix. The references are the target ids
+without their framing, decoded by the tokenizer in data/tokenized/hf_tokenizer, so the training process needs no
+Parquet reader. All directions' sentences are decoded together, in batches by length (the directions of one
+model have decoder prefixes of one length, so a batch's rows each get their own).
 Scored with sacreBLEU's defaults (13a, cased), as the evaluate stage scores; but the references are the
 detokenized SentencePiece pieces (normalised text) and the search is greedy, so the figure is a training
 signal that tracks, not equals, the evaluate stage's beam-search BLEU on the original text.
@@ -55,9 +59,13 @@ class ValidBleu:
         bounds = np.cumsum([0] + [len(p) for p in picks]).tolist()
         self.groups = [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # each direction's
         pick = np.concatenate(picks)
-        self.sources = [valid.clip(valid.src[i]) for i in pick]
-        self.refs = self.tokenizer.batch_decode([valid.tgt[i].tolist() for i in pick], skip_special_tokens=True)
-        self.pad_id, self.max_tokens = valid.pad_id, max_tokens
+        self.sources = valid.sources(pick)
+        direction_of_pick = [d for d, p in enumerate(picks) for _ in range(len(p))]
+        self.prefixes = [valid.decoder_prefix(d) for d in direction_of_pick]
+        self.refs = self.tokenizer.batch_decode(
+            [plain_target(valid, i, d) for i, d in zip(pick.tolist(), direction_of_pick, strict=True)],
+            skip_special_tokens=True)
+        self.pad_id, self.eos_id, self.max_tokens = valid.pad_id, self.tokenizer.eos_token_id, max_tokens
         self.enabled = True
 
     def __call__(self, model: Any, device: Any, autocast: Callable[[], AbstractContextManager]) -> list[float]:
@@ -66,26 +74,43 @@ class ValidBleu:
                 for group in self.groups]
 
     def translate(self, model: Any, device: Any, autocast: Callable[[], AbstractContextManager]) -> list[str]:
-        """Greedy translations of every sampled source, in sample order."""
+        """Greedy translations of every sampled source, each after its direction's decoder prefix, in sample
+        order."""
         import torch
+
+        from stages.prefixed_generate import generate_from_prefix
 
         hyps = [""] * len(self.sources)
         was_training = model.training
         model.eval()
         max_positions = model.config.max_position_embeddings
-        for batch in token_batches([len(s) for s in self.sources], self.max_tokens):
+        for batch in self.batches():
             ids, mask = pad_batch([self.sources[i] for i in batch], self.pad_id)
-            # max_length counts the decoder's start token besides the output_limit tokens.
-            max_length = output_limit(ids.shape[1], self.max_len_a, self.max_len_b, max_positions) + 1
+            prefixes = [self.prefixes[i] for i in batch]
+            # generate_from_prefix cuts the limit to the decoder positions a longer prefix leaves.
+            limit = output_limit(ids.shape[1], self.max_len_a, self.max_len_b, max_positions)
             with torch.inference_mode(), autocast():
-                out = model.generate(
-                    input_ids=torch.from_numpy(ids).to(device),
-                    attention_mask=torch.from_numpy(mask).to(device),
-                    num_beams=1,
-                    do_sample=False,
-                    max_length=max_length,
-                )
+                out = generate_from_prefix(model, torch.from_numpy(ids).to(device),
+                                           torch.from_numpy(mask).to(device), prefixes, limit,
+                                           eos_id=self.eos_id, pad_id=self.pad_id, num_beams=1)
             for i, text in zip(batch, self.tokenizer.batch_decode(out, skip_special_tokens=True), strict=True):
                 hyps[i] = text
         model.train(was_training)
         return hyps
+
+    def batches(self) -> list[list[int]]:
+        """The samples in batches by length, each batch of one decoder-prefix length (generate takes one)."""
+        by_length: dict[int, list[int]] = {}
+        for i, prefix in enumerate(self.prefixes):
+            by_length.setdefault(len(prefix), []).append(i)
+        return [[members[j] for j in batch] for members in by_length.values()
+                for batch in token_batches([len(self.sources[i]) for i in members], self.max_tokens)]
+
+
+def plain_target(valid: Collator, row: int, direction: int) -> list[int]:
+    """A reference's ids without its direction's framing (the target code, </s>): the text's pieces."""
+    ids = valid.tgt[row].tolist()
+    if not valid.layouts:
+        return ids
+    layout = valid.layouts[direction]
+    return ids[len(layout.target_prefix) : len(ids) - len(layout.target_suffix)]

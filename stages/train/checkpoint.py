@@ -70,6 +70,11 @@ def fingerprint(spec: dict[str, Any], world: int, tokenized: Path, directions: i
         "processes": world,
         "data": data.hexdigest()[:16],
     }
+    # Frozen weights change the trajectory; recorded only when some are, so earlier checkpoints keep their digest.
+    # gradient_checkpointing is left out on purpose: it gives the same updates, so a run that ran out of memory
+    # may resume with it switched on.
+    if spec["train"].get("freeze"):
+        fields["train"]["freeze"] = sorted(spec["train"]["freeze"])
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return {"digest": digest, "fields": fields}
 

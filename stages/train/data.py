@@ -2,7 +2,9 @@
 
 Everything comes from data/tokenized (the tokenize stage's outputs): meta.json, the memory-mapped
 `<split>.src`/`<split>.tgt` arrays (pipeline.token_arrays) and `<split>.dir.npy` (directions.py), for the train
-and valid splits. numpy only.
+and valid splits, and `hf_tokenizer/languages.json` (pipeline.sequence_layout.ModelLanguages): the checkpoint
+family and each direction's layout, from which the collators take each direction's decoder start id and the
+special ids truncation keeps, and train-time BLEU each direction's decoder prefix. numpy only.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import PipelineError
+from pipeline.sequence_layout import ModelLanguages
 from pipeline.token_arrays import TokenArray
 from stages.train.batching import Collator
 from stages.train.directions import direction_names, row_directions, rows_by_direction, valid_batches
@@ -24,6 +28,7 @@ from stages.train.sampling import EpochBatches
 class RunData:
     meta: dict[str, Any]  # data/tokenized/meta.json
     directions: list[str]  # meta["directions"]: index d of the row numbers below is directions[d]
+    languages: ModelLanguages  # the family, the codes and each direction's layout
     train: Collator
     valid: Collator
     train_rows: list[np.ndarray]  # each direction's train row numbers
@@ -32,22 +37,42 @@ class RunData:
     valid_batches: list[tuple[int, np.ndarray]]  # (direction, rows): fixed for the run
 
 
-def split_data(tokenized: Path, split: str, meta: dict[str, Any], names: list[str],
+def model_languages(tokenized: Path, names: list[str]) -> ModelLanguages:
+    """hf_tokenizer/languages.json, which must list meta.json's directions in the same order (dir.npy's values
+    index both)."""
+    try:
+        languages = ModelLanguages.read(tokenized / "hf_tokenizer")
+    except ValueError as err:  # missing, or written before layouts were recorded
+        raise PipelineError(f"{err}; run `dvc repro tokenize`") from None
+    if languages.directions.names != names:
+        raise PipelineError(f"{tokenized / 'hf_tokenizer' / 'languages.json'} lists the directions "
+                            f"{languages.directions.names}, but {tokenized / 'meta.json'} lists {names}: the "
+                            "tokenized data is inconsistent; run `dvc repro tokenize`")
+    return languages
+
+
+def split_data(tokenized: Path, split: str, meta: dict[str, Any], languages: ModelLanguages,
                max_len: int) -> tuple[Collator, list[np.ndarray]]:
-    """A split's pairs, collated as the model takes them, and each direction's row numbers."""
+    """A split's pairs, collated as the model takes them (each row by its direction's layout), and each
+    direction's row numbers."""
+    names = languages.directions.names
     src, tgt = TokenArray.open(tokenized / f"{split}.src"), TokenArray.open(tokenized / f"{split}.tgt")
-    rows = rows_by_direction(row_directions(tokenized, split, len(src), names), names, split)
-    return Collator(src, tgt, meta["pad_id"], max_len), rows
+    direction_of_row = row_directions(tokenized, split, len(src), names)
+    layouts = [languages.layout(name) for name in names]
+    return (Collator(src, tgt, meta["pad_id"], max_len, direction_of_row, layouts),
+            rows_by_direction(direction_of_row, names, split))
 
 
 def load_data(tokenized: Path, train_params: Any) -> RunData:
     """The run's data (`train_params`: the validated `train:` params, as the loop holds them)."""
     meta = json.loads((tokenized / "meta.json").read_text())
     names = direction_names(meta, tokenized)
-    train, train_rows = split_data(tokenized, "train", meta, names, train_params.max_len)
-    valid, valid_rows = split_data(tokenized, "valid", meta, names, train_params.max_len)
+    languages = model_languages(tokenized, names)
+    train, train_rows = split_data(tokenized, "train", meta, languages, train_params.max_len)
+    valid, valid_rows = split_data(tokenized, "valid", meta, languages, train_params.max_len)
     return RunData(
-        meta=meta, directions=names, train=train, valid=valid, train_rows=train_rows, valid_rows=valid_rows,
+        meta=meta, directions=names, languages=languages, train=train, valid=valid, train_rows=train_rows,
+        valid_rows=valid_rows,
         epochs=EpochBatches(*train.lengths(), train_rows, train_params.max_tokens, train_params.seed,
                             train_params.temperature),
         valid_batches=valid_batches(*valid.lengths(), valid_rows, train_params.max_tokens, train_params.seed),

@@ -11,6 +11,13 @@ The data (data.py): the encoded arrays and each pair's direction. With several d
 a temperature-sampled draw of every direction's pairs (sampling.py), so batches mix directions; validation
 measures loss and BLEU per direction and goes by their mean (directions.py). One direction trains as always.
 
+The model (model.py): built from the params, or a pretrained checkpoint of one of the supported families, checked
+before its weights load. Each batch's decoder inputs are its labels shifted as that family's model shifts them,
+from each direction's start id (batching.Collator; languages.json records it), and train-time BLEU decodes each
+direction after its decoder prefix (bleu.py). `train.freeze` fixes the embeddings or the encoder (they take no
+gradient, so AdamW leaves them as they are); `train.gradient_checkpointing` recomputes activations in backward
+and takes the same updates as without it.
+
 An update consumes `world x update_freq` token-bucketed batches (batching.py says which rank gets which). Its
 gradient is that of the summed token losses of all those batches divided by their real target tokens, so it is
 the same whether the batches are spread over processes or accumulated in one: 2 processes x 1 micro-batch and
@@ -74,7 +81,7 @@ from stages.train.distributed import Distributed
 from stages.train.dropout import training_dropout
 from stages.train.kernels import kernel_settings
 from stages.train.live import Logger, SystemFigures
-from stages.train.model import build_model, count_parameters, pad_embedding_rows
+from stages.train.model import build_model, count_parameters, enable_gradient_checkpointing, freeze, pad_embedding_rows
 from stages.train.prefetch import Prefetcher, ReadyUpdate
 from stages.train.resume import agreed_resume
 from stages.train.save import save_final
@@ -196,7 +203,13 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
 
     # ---- model, DDP, AMP, optimizer, schedule ----
     model = build_model(spec["model"], meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=train_params.seed,
-                        joint_vocab=meta.get("joint", True))
+                        joint_vocab=meta.get("joint", True), tokenizer_dir=tokenized / "hf_tokenizer",
+                        tokenized_family=data.languages.family)
+    # Frozen weights take no gradient, so AdamW leaves them as they are (model.py says what each part holds).
+    freeze(model, train_params.freeze)
+    if train_params.gradient_checkpointing:
+        # The recomputation runs inside backward, outside the forward's dropout block: it gets the same block.
+        enable_gradient_checkpointing(model, lambda: training_dropout(dist.device))
     model.to(dist.device)
     # DDP wraps the model for the training forward (its hooks all-reduce gradients in backward());
     # validation, decoding and saving use the bare model.
@@ -600,6 +613,7 @@ def run_metrics(state: TrainState, run: Run, stop_reason: str, final_model: str,
         if train_rows else None,
         "train_seconds": round(state.seconds(), 1),
         "parameters": count_parameters(run.model),
+        "trained_parameters": count_parameters(run.model, trainable_only=True),
         "processes": run.dist.world,
         "update_freq": p.update_freq,
         "precision": p.precision,
@@ -632,9 +646,11 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
             state = restore(run)
             if dist.is_main:
                 p = run.train_params
-                log.info("model: %s parameters, %d train batches in epoch 1 (max_tokens %d), %d process(es) x "
-                         "update_freq %d, %s on %s%s, %d thread(s)%s", f"{count_parameters(run.model):,}",
-                         len(run.data.epochs(1)[0]),
+                log.info("model: %s parameters (%s trained%s%s), %d train batches in epoch 1 (max_tokens %d), "
+                         "%d process(es) x update_freq %d, %s on %s%s, %d thread(s)%s",
+                         f"{count_parameters(run.model):,}", f"{count_parameters(run.model, trainable_only=True):,}",
+                         f"; frozen: {', '.join(p.freeze)}" if p.freeze else "",
+                         ", gradient checkpointing" if p.gradient_checkpointing else "", len(run.data.epochs(1)[0]),
                          p.max_tokens, dist.world, p.update_freq, p.precision, dist.device.type,
                          " (TF32 matmuls)" if dist.device.type == "cuda" and p.precision == "fp32" else "", threads,
                          ", deterministic kernels" if p.deterministic else "")

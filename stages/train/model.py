@@ -1,8 +1,26 @@
-"""Build a transformers Marian encoder-decoder from the model params, or load a pretrained one.
+"""Build a transformers Marian encoder-decoder from the model params, or load a pretrained one; what trains.
 
 Marian is the transformers architecture of Opus-MT: a post-norm Transformer (Vaswani et al. 2017) with
 sinusoidal positions, scaled and shared embeddings, and generation (beam search) built in. Attention runs
-through PyTorch SDPA. Imports only torch and transformers.
+through PyTorch SDPA. Imports only torch, transformers and the stdlib-only pipeline.families.
+
+A pretrained checkpoint (`model.init: pretrained`) must be of one of the families the pipeline exports
+(pipeline/families.py: Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB); its family is read from its config.json and
+tokenizer_config.json before the weights are loaded, and any other one stops with UnsupportedCheckpoint naming
+the supported families.
+
+What trains (the `train:` params, applied by the loop): `gradient_checkpointing` recomputes each layer's
+activations in the backward pass instead of keeping them (transformers' own per-layer checkpointing,
+non-reentrant, so frozen embeddings do not cut the gradient off from the layers above them). `freeze` keeps
+parameters fixed: they take no gradient, so AdamW (which skips a parameter without one: no step, no weight
+decay, no moments) leaves them as they are:
+  - embeddings: the token embeddings (the matrix encoder and decoder share, or each side's when they do not),
+    the output projection where it is tied to them (an untied one trains), and learned position embeddings
+    (mBART's; Marian's and M2M-100's sinusoidal ones are fixed anyway). mBART's layernorm_embedding trains. This
+    is what fine-tuning recipes call freezing the embeddings (transformers' former seq2seq `freeze_embeds`).
+  - encoder: every parameter the encoder computes with, so the encoder stays the same function. With the token
+    embeddings shared by encoder and decoder (all five families' checkpoints), that includes them: freezing
+    the encoder then also fixes the decoder's token embeddings and the tied output projection.
 
 The model settings arrive as `pipeline.params.ModelParams` or as the plain dict `model_spec` makes of it (what
 the torchrun workers and the GPU benchmark get: they must not need pydantic).
@@ -10,7 +28,13 @@ the torchrun workers and the GPU benchmark get: they must not need pydantic).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
+
+from pipeline.errors import PipelineError
+from pipeline.families import Family, checkpoint_kind, family_of
 
 
 def model_spec(model: Any) -> dict[str, Any]:
@@ -72,10 +96,32 @@ def generation_config(pad_id: int, eos_id: int, max_length: int) -> Any:
     )
 
 
+def checkpoint_family(name_or_path: str, tokenizer_dir: Path | None = None) -> Family:
+    """The family of a pretrained checkpoint (a local save_pretrained directory or a hub name, read from the hub
+    cache), from its config.json's model_type and its tokenizer_config.json's class; UnsupportedCheckpoint naming
+    both and the supported families otherwise. A checkpoint whose tokenizer_config.json names no class (older
+    OPUS-MT repositories) is judged by the class the tokenize stage loaded its tokenizer as (`tokenizer_dir`,
+    written by save_pretrained)."""
+    directory = Path(name_or_path)
+    if not directory.is_dir():
+        from transformers.utils import cached_file
+
+        directory = Path(cached_file(name_or_path, "config.json")).parent  # the snapshot beside its tokenizer files
+    model_type, tokenizer_class = checkpoint_kind(directory)
+    if tokenizer_class is None and tokenizer_dir is not None:
+        tokenizer_class = checkpoint_kind(tokenizer_dir)[1]
+    return family_of(model_type, tokenizer_class, name_or_path)
+
+
 def build_model(
-    model: Any, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True
+    model: Any, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True,
+    tokenizer_dir: Path | None = None, tokenized_family: str | None = None,
 ) -> Any:
     """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained).
+
+    A pretrained checkpoint must be of a supported family (checkpoint_family; `tokenizer_dir` is the tokenize
+    stage's copy of its tokenizer) and, given `tokenized_family` (languages.json's), of the family the data was
+    tokenized for, with an embedding row for every id of the data's vocabulary.
 
     The initial weights come from `seed` alone, drawn inside a forked random state: the caller's torch random
     state is the same after the call as before, so every DDP rank builds the same weights and keeps the dropout
@@ -85,7 +131,18 @@ def build_model(
 
     model = model_spec(model)
     if model["init"] == "pretrained":
-        return AutoModelForSeq2SeqLM.from_pretrained(model["name_or_path"], attn_implementation="sdpa")
+        family = checkpoint_family(model["name_or_path"], tokenizer_dir)
+        if tokenized_family is not None and family.name != tokenized_family:
+            raise PipelineError(f"model.name_or_path {model['name_or_path']} is a {family.name} checkpoint, but "
+                                f"data/tokenized was tokenized for a {tokenized_family} one "
+                                "(hf_tokenizer/languages.json): run `dvc repro tokenize`")
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(model["name_or_path"], attn_implementation="sdpa")
+        rows = loaded.get_input_embeddings().num_embeddings
+        if rows < vocab_size:
+            raise PipelineError(f"model.name_or_path {model['name_or_path']}: its embeddings have {rows} rows, but "
+                                f"the tokenized data's vocabulary has {vocab_size} ids (data/tokenized/meta.json): "
+                                "it was tokenized for another checkpoint; run `dvc repro tokenize`")
+        return loaded
     config = marian_config(model, vocab_size, pad_id, eos_id, joint_vocab)
     config._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):  # the model is built on the CPU: only the CPU generator is drawn
@@ -105,5 +162,52 @@ def pad_embedding_rows(model: Any, pad_id: int) -> list[Any]:
     return [w.data[pad_id] for w in matrices.values()]
 
 
-def count_parameters(model: Any) -> int:
-    return sum(p.numel() for p in model.parameters())
+def count_parameters(model: Any, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def frozen_parameters(model: Any, parts: Iterable[str]) -> list[Any]:
+    """The distinct parameters `train.freeze` names (see the module docstring for what each part holds)."""
+    chosen: dict[int, Any] = {}
+    for part in parts:
+        if part == "embeddings":
+            modules = [model.get_input_embeddings(), model.get_encoder().embed_tokens,
+                       model.get_decoder().embed_tokens]
+            modules += [getattr(side, "embed_positions", None) for side in (model.get_encoder(), model.get_decoder())]
+            params = [p for m in modules if m is not None for p in m.parameters()]
+            output = model.get_output_embeddings()
+            if output is not None and any(output.weight is p for p in params):  # tied: the same matrix
+                params.append(output.weight)
+        elif part == "encoder":
+            params = list(model.get_encoder().parameters())
+        else:
+            raise ValueError(f"train.freeze: unknown part {part!r} (embeddings, encoder)")
+        chosen.update((id(p), p) for p in params)
+    return list(chosen.values())
+
+
+def freeze(model: Any, parts: Iterable[str]) -> None:
+    """Keep the parameters of `parts` fixed: they take no gradient (count_parameters(trainable_only) leaves them
+    out)."""
+    for p in frozen_parameters(model, parts):
+        p.requires_grad_(False)
+
+
+def enable_gradient_checkpointing(model: Any,
+                                  recompute_dropout: Callable[[], AbstractContextManager] | None = None) -> None:
+    """Recompute each layer's activations in backward (only while the model is in training mode).
+
+    Non-reentrant checkpointing: the reentrant kind gives no gradient to a checkpointed layer whose inputs need
+    none, which frozen embeddings would cause. It restores the random state before recomputing, so the dropout
+    masks are the forward's provided the recomputation draws them the same way: `recompute_dropout` is the block
+    the training forward runs its dropout in (dropout.py), opened around each recomputation. The loop's CPU
+    dropout is a function mode, which does not reach into backward: without the block a CPU recomputation would
+    draw PyTorch's own masks, and torch's checkpoint stops with a CheckpointError. transformers 5 renames the
+    method (activation_checkpointing_enable); the GPU image's version may have only the old name."""
+    from contextlib import nullcontext
+
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if recompute_dropout is not None:
+        kwargs["context_fn"] = lambda: (nullcontext(), recompute_dropout())
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable(kwargs)

@@ -67,6 +67,14 @@ def test_the_tokenizer_class_tells_the_family(model_type, tokenizer, family):
     assert family_of(model_type, tokenizer, "ckpt").name == family
 
 
+def test_without_a_tokenizer_class_the_family_is_the_one_autotokenizer_picks():
+    # Older OPUS-MT repositories (Helsinki-NLP/opus-mt-en-de) name no tokenizer_class.
+    assert family_of("marian", None, "ckpt").name == "marian"
+    assert family_of("m2m_100", None, "ckpt").name == "m2m100"
+    with pytest.raises(UnsupportedCheckpoint):
+        family_of("t5", None, "ckpt")
+
+
 @pytest.mark.parametrize(("model_type", "tokenizer"), [("t5", "T5Tokenizer"), ("bart", "BartTokenizer"),
                                                       ("marian", "MBart50Tokenizer")])
 def test_an_unsupported_architecture_names_the_supported_families(model_type, tokenizer):
