@@ -1,8 +1,12 @@
 """Beam search (beam 1: greedy) over a KV-cached encoder-decoder called with numpy arrays (pipeline.translate's
 OnnxSeq2Seq, or any object with its `encode`, `empty_cache` and `decode`).
 
-Search follows transformers' `generate` for Marian, so ONNX and PyTorch decode the same way: decoding starts from
-<pad>, <pad> is never emitted, </s> is forced at the length limit (scored log p = 0, as transformers' forced-EOS
+Search follows transformers' `generate` given the prefix as `decoder_input_ids`, so ONNX and PyTorch decode the
+same way: decoding starts from the direction's decoder prefix (pipeline.sequence_layout: Marian's <pad>; mBART-50,
+M2M-100 and NLLB's </s> and the target's code; mBART's target code), whose tokens the first decoder call feeds
+together into an empty cache; a hypothesis is what follows the prefix, and its length (for the limit and the
+length penalty) counts only those tokens, as transformers counts only tokens after the decoder prompt. <pad> is
+never emitted, </s> is forced at the length limit (scored log p = 0, as transformers' forced-EOS
 processor does), and beam search keeps the 2 x beam best continuations, finishes a hypothesis when one of the
 `beam` best ends in </s>, scores finished hypotheses by sum(log p) / length ** length_penalty (length counting </s>)
 and stops a sentence once it has `beam` finished hypotheses (`early_stopping=True`). The length limit
@@ -55,10 +59,10 @@ class _SearchState:
     """
 
     sentence: np.ndarray  # (active,) the input sentence each slot holds
-    limit: np.ndarray  # (active,) its most tokens, </s> included
+    limit: np.ndarray  # (active,) its most tokens after the prefix, </s> included
     scores: np.ndarray  # (active, live) accumulated log-probabilities
-    tokens: np.ndarray  # (active, live, step) tokens so far
-    last: np.ndarray  # (active * live,) each hypothesis' last token: the next decoder input
+    tokens: np.ndarray  # (active, live, step) tokens so far, after the prefix
+    inputs: np.ndarray  # (active * live, new_len) the next decoder input: the prefix, then each hypothesis' last token
     encoder_mask: np.ndarray  # (active, src_len)
     cross_cache: Cache
     self_cache: Cache
@@ -92,10 +96,10 @@ def _next_token_candidates(out: DecoderStep, count: int, pad_id: int) -> tuple[n
 
 
 def _start(model: Any, input_ids: np.ndarray, attention_mask: np.ndarray,
-           max_new_tokens: Sequence[int] | np.ndarray, start_id: int) -> _SearchState:
-    """The state before the first step, which decodes one row per sentence: its beams would all start alike.
-    (transformers decodes `beam` copies and scores all but the first -1e9, which never lets them win: the same
-    search.)"""
+           max_new_tokens: Sequence[int] | np.ndarray, prefix: Sequence[int]) -> _SearchState:
+    """The state before the first step, which decodes one row per sentence, the whole prefix at once: its beams
+    would all start alike. (transformers decodes `beam` copies and scores all but the first -1e9, which never lets
+    them win: the same search.)"""
     batch = input_ids.shape[0]
     _, cross_cache = model.encode(input_ids, attention_mask)
     return _SearchState(
@@ -103,7 +107,7 @@ def _start(model: Any, input_ids: np.ndarray, attention_mask: np.ndarray,
         limit=np.asarray(max_new_tokens, dtype=np.int64).reshape(batch),
         scores=np.zeros((batch, 1), dtype=np.float32),
         tokens=np.zeros((batch, 1, 0), dtype=np.int64),
-        last=np.full(batch, start_id, dtype=np.int64),
+        inputs=np.tile(np.asarray(prefix, dtype=np.int64), (batch, 1)),
         encoder_mask=attention_mask,
         cross_cache=cross_cache,
         self_cache=model.empty_cache(batch),
@@ -152,7 +156,7 @@ def _continue_best(state: _SearchState, out: DecoderStep, scores: np.ndarray, fr
         state,
         scores=np.take_along_axis(scores, survivors, axis=1),
         tokens=np.concatenate([state.tokens[np.arange(active)[:, None], parent], new_tokens[:, :, None]], axis=2),
-        last=new_tokens.reshape(-1),
+        inputs=new_tokens.reshape(-1, 1),
         self_cache=out.self_cache,
         cache_rows=(np.arange(active)[:, None] * live + parent).reshape(-1),
     )
@@ -180,7 +184,7 @@ def _retire_done(state: _SearchState, finished: list[Finished], best: list[list[
         limit=state.limit[keep],
         scores=state.scores[keep],
         tokens=state.tokens[keep],
-        last=state.last[keep_rows],
+        inputs=state.inputs[keep_rows],
         encoder_mask=state.encoder_mask[keep],
         cross_cache=[c[keep] for c in state.cross_cache],
         cache_rows=state.cache_rows[keep_rows],
@@ -196,14 +200,21 @@ def beam_search(
     max_new_tokens: Sequence[int] | np.ndarray,
     ids: SpecialIds,
     length_penalty: float = 1.0,
+    decoder_prefix: Sequence[int] | None = None,
 ) -> list[list[int]]:
-    """Each sentence's best hypothesis (ids up to and including </s>), batch x beam rows decoded together.
+    """Each sentence's best hypothesis (the ids after the prefix, up to and including </s>), batch x beam rows
+    decoded together.
 
-    `max_new_tokens` is per sentence (pipeline.decoding.output_limit); at that step only </s> is allowed. beam=1
-    is greedy decoding. Sentences leave the batch as soon as they are finished, so a long sentence does not keep
-    short ones' rows busy.
+    `decoder_prefix` (every sentence's; default: `ids.start` alone) is what decoding starts from: a direction's
+    DirectionLayout.decoder_prefix. `max_new_tokens` is per sentence (pipeline.decoding.output_limit) and counts
+    tokens after the prefix; at that step only </s> is allowed (the caller keeps prefix + limit within the
+    decoder's positions). beam=1 is greedy decoding. Sentences leave the batch as soon as they are finished, so a
+    long sentence does not keep short ones' rows busy.
     """
-    state = _start(model, input_ids, attention_mask, max_new_tokens, ids.start)
+    prefix = (ids.start,) if decoder_prefix is None else tuple(decoder_prefix)
+    if not prefix:
+        raise ValueError("decoder_prefix is empty: decoding needs at least the decoder's start token")
+    state = _start(model, input_ids, attention_mask, max_new_tokens, prefix)
     finished: list[Finished] = [[] for _ in range(input_ids.shape[0])]
     best: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
     keep = 2 * beam  # enough that `beam` continuations survive even if `beam` of them end in </s>
@@ -211,7 +222,7 @@ def beam_search(
     needs_logits = getattr(model, "candidates", 0) < candidates_for_beam(beam)
     step = 0
     while state.sentence.size:
-        out = model.decode(state.last[:, None], state.encoder_mask, state.self_cache, state.cross_cache,
+        out = model.decode(state.inputs, state.encoder_mask, state.self_cache, state.cross_cache,
                            logits=needs_logits, cache_rows=state.cache_rows)
         forced = step + 1 >= state.limit  # this step produces the sentence's last allowed token: only </s>
         scores, from_beam, token = _best_continuations(out, state, forced, keep, ids)

@@ -17,15 +17,19 @@ sentences, `rows` hypotheses: sentences x beams, the beams of sentence s at rows
 The int8 graphs (`*.int8.onnx`) have the same names; the legacy TorchScript graphs (`*.ts.pt`) have no cache.
 
 The manifest records what was exported and how to decode with it: one `generation` block (the evaluate stage's
-beam, length penalty and length rule, see pipeline/decoding.py) that every reader takes its defaults from, and the
-model's `directions` (["en-de", "en-fr"]) with `target_tags` (true when it has more than one target language: then
-every source starts with its target's tag, `>>fr<< A dog runs.`, which the tokenizer keeps as one token; the tag is
-part of the source, so the graphs and the search know nothing of languages). A manifest of another version is
-refused with "export it again": its fields may mean something else.
+beam, length penalty and length rule, see pipeline/decoding.py) that every reader takes its defaults from, the
+checkpoint `family` (pipeline.families: which tokenizer files the runtime reads, pipeline.text_pieces), and the
+model's `directions` (["en-de", "en-fr"]) with `target_tags` (true when every source starts with its target's tag
+token, `>>fr<< A dog runs.`: Marian multi-target models; see target_tags_of). Where each direction's special ids go
+(a source's language code or tag, the decoder prefix a translation is decoded after) is the direction's layout in
+`languages.json` (pipeline.sequence_layout), so the graphs and the search know nothing of languages. A manifest of
+another version is refused with "export it again": its fields may mean something else.
 
-Beside the graphs lie the tokenizer files (source.spm, target.spm, vocab.json, tokenizer_config.json), config.json,
-generation_config.json and `languages.json` (pipeline/languages.py: the same directions and target_tags, as the
-tokenize stage recorded them), all copied from models/final; `export.json` lists them under `model_files`.
+Beside the graphs lie the tokenizer files (Marian: source.spm, target.spm, vocab.json; M2M-100: vocab.json,
+sentencepiece.bpe.model; mBART, mBART-50, NLLB: tokenizer.json; and tokenizer_config.json), config.json,
+generation_config.json and `languages.json` (the directions, the family's language codes and each direction's
+layout, as the tokenize stage recorded them), all copied from models/final; `export.json` lists them under
+`model_files`.
 
 Imports the standard library and, through pipeline.decoding, numpy.
 """
@@ -42,12 +46,16 @@ from typing import Any
 from pipeline.artifacts import write_json
 from pipeline.decoding import SpecialIds
 from pipeline.errors import PipelineError
+from pipeline.families import FAMILIES
 from pipeline.languages import Directions
+from pipeline.sequence_layout import ModelLanguages
 
 MANIFEST = "export.json"
 # 4: one `generation` block (the duplicate `max_len` block of version 3 is gone).
 # 5: `directions` and `target_tags` (a model may translate several directions; its sources may carry a tag).
-MANIFEST_VERSION = 5
+# 6: `family` (a pretrained checkpoint's family: its tokenizer files and language codes); `decoder_start_id` may be
+#    null (mBART-cc25 starts from the target's code: the layouts say), `target_tags` is read off the layouts.
+MANIFEST_VERSION = 6
 GRAPHS = ("encoder", "decoder")
 ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -89,6 +97,12 @@ def decoder_outputs(layers: int) -> list[str]:
     return [*DECODER_FIRST_OUTPUTS, *cache_names("present_self", layers)]
 
 
+def target_tags_of(languages: ModelLanguages) -> bool:
+    """The manifest's `target_tags`: true when a Marian model's sources start with a token of their own (the
+    target's tag: a multi-target model); other families' codes are not tags."""
+    return languages.family == "marian" and any(layout.source_prefix for layout in languages.layouts.values())
+
+
 class ExportDirError(PipelineError):
     """The directory is not a complete export of this version (with a KV-cached ONNX decoder where one is needed)."""
 
@@ -127,9 +141,11 @@ class ModelDims:
 @dataclass(frozen=True)
 class ExportManifest:
     """What `export.json` says. `files` maps each exported format to its graph files ({graph: file name}), or,
-    for ctranslate2, to its directory; `directions` are the model's direction names in training order, and
-    `target_tags` says whether sources carry their target's tag; `parity` holds the parity check's figures
-    (informational: overall, and per direction under "directions")."""
+    for ctranslate2, to its directory; `family` is the checkpoint family (pipeline.families); `directions` are the
+    model's direction names in training order, and `target_tags` says whether sources carry their target's tag
+    (target_tags_of); `special_ids.start` is None where the directions start from different tokens (the layouts
+    hold each one); `parity` holds the parity check's figures (informational: overall, and per direction under
+    "directions")."""
 
     files: Mapping[str, Any]
     model_files: tuple[str, ...]
@@ -140,6 +156,7 @@ class ExportManifest:
     special_ids: SpecialIds
     dims: ModelDims
     generation: Generation
+    family: str
     directions: tuple[str, ...]
     target_tags: bool
     parity: Mapping[str, Any] = field(default_factory=dict)
@@ -176,6 +193,7 @@ class ExportManifest:
             "bad_words_ids": [[self.special_ids.pad]],
             "dims": vars(self.dims).copy(),
             "generation": vars(self.generation).copy(),
+            "family": self.family,
             "directions": list(self.directions),
             "target_tags": self.target_tags,
             "parity": dict(self.parity),
@@ -201,8 +219,8 @@ class ExportManifest:
             kv_cache=fields.get("kv_cache", bool),
             next_token_candidates=fields.get("next_token_candidates", int, optional=True),
             vocab_size=fields.get("vocab_size", int),
-            special_ids=SpecialIds(start=fields.get("decoder_start_id", int), eos=fields.get("eos_id", int),
-                                   pad=fields.get("pad_id", int)),
+            special_ids=SpecialIds(start=fields.get("decoder_start_id", int, optional=True),
+                                   eos=fields.get("eos_id", int), pad=fields.get("pad_id", int)),
             dims=ModelDims(**{name: fields.get(f"dims.{name}", int) for name in ModelDims.__dataclass_fields__}),
             generation=Generation(
                 beam=fields.get("generation.beam", int),
@@ -210,6 +228,7 @@ class ExportManifest:
                 max_len_a=float(fields.get("generation.max_len_a", float)),
                 max_len_b=fields.get("generation.max_len_b", int),
             ),
+            family=fields.family(),
             directions=fields.directions(),
             target_tags=fields.target_tags(),
             parity=fields.get("parity", dict),
@@ -217,7 +236,8 @@ class ExportManifest:
         )
 
 
-_JSON_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", dict: "an object", list: "a list"}
+_JSON_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
+                    list: "a list"}
 
 
 @dataclass(frozen=True)
@@ -253,11 +273,19 @@ class _ManifestFields:
             raise ExportDirError(f"{self.path}: field 'directions' is {names!r}, not a list of distinct directions")
         return tuple(parsed)
 
+    def family(self) -> str:
+        """The `family` field: one of pipeline.families' names."""
+        name = self.get("family", str)
+        names = [f.name for f in FAMILIES]
+        if name not in names:
+            raise ExportDirError(f"{self.path}: field 'family' is {name!r}, not one of {', '.join(names)}")
+        return name
+
     def target_tags(self) -> bool:
-        """The `target_tags` field, which must be what the directions imply (tags when there is a choice of target)."""
+        """The `target_tags` field, which only a Marian model's manifest may set (the other families' sources carry
+        a language code, not a tag)."""
         recorded = self.get("target_tags", bool)
-        implied = Directions.of(self.directions()).target_tags
-        if recorded != implied:
-            raise ExportDirError(f"{self.path}: field 'target_tags' is {json.dumps(recorded)}, but directions "
-                                 f"{', '.join(self.directions())} imply {json.dumps(implied)}: export it again")
+        if recorded and self.family() != "marian":
+            raise ExportDirError(f"{self.path}: field 'target_tags' is true for a {self.family()} model: only Marian "
+                                 "sources carry a target tag; export it again")
         return recorded

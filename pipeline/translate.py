@@ -5,14 +5,20 @@
     Translator("models/multi").translate(["A dog runs."], tgt="fr")    # a model of several targets
 
 A model translates the directions of its `languages.json` (pipeline/languages.py; the manifest lists them too).
-With one target language `tgt` may be left out; with several it names the target, and each source is read with
-that target's tag in front (`>>fr<< A dog runs.`, as the model was trained); `src` is needed only where several
-source languages go into that target. An unknown or missing choice is an UnknownDirection listing the model's
-targets and directions.
+With one target language `tgt` may be left out; with several it names the target; `src` is needed only where
+several source languages go into that target. An unknown or missing choice is an UnknownDirection listing the
+model's targets and directions.
+
+Every checkpoint family (pipeline.families: Marian, mBART, mBART-50, M2M-100, NLLB) is read the same way, through
+its direction's layout (pipeline.sequence_layout, recorded in languages.json): a source is the layout's special
+ids around the text's plain pieces (the Marian `>>fr<<` tag in front for a multi-target model, mBART's `</s>
+en_XX` after, mBART-50/M2M-100/NLLB's source code in front and `</s>` after), and a translation is decoded after
+the direction's decoder prefix (the start token, then the target's code where the family has one), so the model
+writes the direction's target language; the translation is what follows the prefix.
 
 The export directory's format (graph names, cache layout, the manifest `export.json`) is pipeline/export_format.py;
-the search is pipeline/beam_search.py; batching, padding and the output length rule are pipeline/decoding.py.
-This module runs the graphs (`OnnxSeq2Seq`), tokenizes (`MarianSentencePiece`) and puts them together
+the search is pipeline/beam_search.py; batching, padding and the output length rule are pipeline/decoding.py; the
+family's tokenizer is pipeline/text_pieces.py. This module runs the graphs (`OnnxSeq2Seq`) and puts them together
 (`Translator`).
 
 The encoder also projects its states into every decoder layer's cross-attention keys and values, once per
@@ -21,22 +27,22 @@ self-attention keys and values of the tokens decoded so far and returns them ext
 decoding step feeds one token per row and costs O(length), not the whole prefix again; the first step passes an
 empty (past_len 0) cache. The decoder also returns each row's best next tokens for the beam it was exported for
 (ONNX Runtime's TopK is much faster than numpy over the vocabulary); searching asks for those and the caches only,
-so the full logits are neither copied out nor sorted.
+so the full logits are neither copied out nor sorted. The first step feeds the whole decoder prefix at once.
 
 Decoding defaults (beam, length penalty, length rule) are the manifest's `generation` block: the evaluate stage's
 settings, so a translation here is the one the evaluate stage scored.
 
-Tokenization is the transformers MarianTokenizer's, reimplemented over the SentencePiece models and vocab.json of
-the export directory (transformers is a 1-2 s import and this path must start fast).
+Tokenization is the checkpoint's transformers tokenizer's, reimplemented over the tokenizer files of the export
+directory (pipeline.text_pieces: transformers is a 1-2 s import and this path must start fast).
 
-Imports numpy and, when a model is loaded, onnxruntime and sentencepiece.
+Imports numpy and, when a model is loaded, onnxruntime and sentencepiece or tokenizers.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -55,73 +61,20 @@ from pipeline.export_format import (
     ExportManifest,
     cache_names,
     decoder_inputs,
-    read_export_json,
+    target_tags_of,
 )
 from pipeline.languages import Direction, Directions
+from pipeline.sequence_layout import DirectionLayout, ModelLanguages
+from pipeline.text_pieces import MarianSentencePiece, TextPieces, TokenizerFilesError, text_pieces
+
+# MarianSentencePiece lived here before pipeline.text_pieces: callers still import it from this module.
+__all__ = ["MarianSentencePiece", "OnnxSeq2Seq", "Translator", "read_lines"]
 
 log = logging.getLogger("mtpipe.translate")
 
-SPIECE_UNDERLINE = "\u2581"
 DEFAULT_THREADS = 2
 # Rows x longest source per encoder call, beams included: bounds the memory of the caches and the logits.
 DEFAULT_MAX_TOKENS = 6000
-
-
-# --------------------------------------------------------------------------------------------------- tokenizer
-
-
-class MarianSentencePiece:
-    """MarianTokenizer's ids and text without transformers: SentencePiece pieces mapped through vocab.json.
-
-    encode: pieces of the source model (a leading `>>xx<<` language code kept as one token), each looked up in
-    vocab.json (unknown -> <unk>), then </s>. decode: ids -> pieces (special tokens dropped, as with
-    `skip_special_tokens=True`), pieces -> text with the SentencePiece model MarianTokenizer decodes with (the
-    source one, unless the vocabularies are separate).
-    """
-
-    def __init__(self, model_dir: Path):
-        import sentencepiece as spm
-
-        tokenizer_config = read_export_json(model_dir / "tokenizer_config.json")
-        self.vocab: dict[str, int] = read_export_json(model_dir / "vocab.json")
-        self.pieces = {i: piece for piece, i in self.vocab.items()}
-        self.source = spm.SentencePieceProcessor(model_file=str(model_dir / "source.spm"))
-        self.target = spm.SentencePieceProcessor(model_file=str(model_dir / "target.spm"))
-        # MarianTokenizer decodes with the source model unless the vocabularies are separate.
-        self.decoder_spm = self.target if tokenizer_config.get("separate_vocabs") else self.source
-        self.eos_token = _token_text(tokenizer_config.get("eos_token", "</s>"))
-        self.unk_token = _token_text(tokenizer_config.get("unk_token", "<unk>"))
-        self.pad_token = _token_text(tokenizer_config.get("pad_token", "<pad>"))
-        self.eos_id, self.unk_id, self.pad_id = (
-            self.vocab[t] for t in (self.eos_token, self.unk_token, self.pad_token)
-        )
-        self.special_ids = {self.eos_id, self.unk_id, self.pad_id}
-        self.special_ids.update(int(i) for i in tokenizer_config.get("added_tokens_decoder", {}))
-
-    def encode(self, text: str) -> list[int]:
-        """Ids of a sentence, ending with </s> (untruncated)."""
-        code: list[str] = []
-        if text.startswith(">>") and (end := text.find("<<")) != -1:
-            code, text = [text[: end + 2]], text[end + 2 :]
-        pieces = code + self.source.encode(text, out_type=str)
-        return [self.vocab.get(p, self.unk_id) for p in pieces] + [self.eos_id]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        pieces = []
-        for i in ids:
-            if i in self.special_ids:
-                continue
-            piece = self.pieces.get(i)
-            if piece is None:  # ids outside vocab.json fall back to the SentencePiece model, as in MarianTokenizer
-                piece = self.decoder_spm.id_to_piece(i) if 0 <= i < self.decoder_spm.get_piece_size() else ""
-                piece = piece or self.unk_token
-            pieces.append(piece)
-        return self.decoder_spm.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
-
-
-def _token_text(token: Any) -> str:
-    # tokenizer_config.json stores special tokens either as strings or as AddedToken dicts.
-    return token["content"] if isinstance(token, dict) else str(token)
 
 
 # --------------------------------------------------------------------------------------------------- runtime
@@ -238,8 +191,15 @@ class Translator:
         for name in files.values():
             if not (self.model_dir / name).is_file():
                 raise ExportDirError(f"{self.model_dir / name} not found (listed in {MANIFEST})")
-        self.directions = _export_directions(self.model_dir, self.manifest)
-        self.tokenizer = MarianSentencePiece(self.model_dir)
+        self.languages = _export_languages(self.model_dir, self.manifest)
+        self.directions = self.languages.directions
+        # The layouts' ids (codes, tags, the decoder's start) never belong in a translation's text.
+        layout_ids = {i for layout in self.languages.layouts.values() for i in layout.special_ids()}
+        try:
+            self.tokenizer: TextPieces = text_pieces(self.model_dir, self.manifest.family, skip_ids=layout_ids,
+                                                     tagged=target_tags_of(self.languages))
+        except TokenizerFilesError as err:
+            raise ExportDirError(f"{err}: export it again (`dvc repro export`)") from None
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.threads = threads
@@ -250,44 +210,54 @@ class Translator:
         self.max_tokens = max_tokens
         self.generation = self.manifest.generation
 
-    def max_new_tokens(self, source_length: int) -> int:
-        """Most tokens a translation of a source this long (</s> included) may have: the manifest's length rule."""
-        return output_limit(source_length, self.generation.max_len_a, self.generation.max_len_b, self.max_positions)
+    def max_new_tokens(self, source_length: int, prefix_length: int = 1) -> int:
+        """Most tokens a translation of a source this long (</s> included) may have after a decoder prefix this
+        long: the manifest's length rule, within the decoder positions the prefix leaves (as the evaluate stage
+        cuts it)."""
+        limit = output_limit(source_length, self.generation.max_len_a, self.generation.max_len_b, self.max_positions)
+        return max(1, min(limit, self.max_positions - prefix_length))
 
     def direction(self, tgt: str | None = None, src: str | None = None) -> Direction:
         """The direction asked for (either language may be left out where the model leaves no choice);
         UnknownDirection listing the model's targets and directions otherwise."""
         return self.directions.find(src, tgt)
 
+    def layout(self, direction: Direction | None = None) -> DirectionLayout:
+        """Where `direction`'s special ids go (default: the model's only direction)."""
+        return self.languages.layout(direction or self.direction())
+
     def source_ids(self, line: str, direction: Direction) -> list[int]:
-        """A line's ids as the model reads them for `direction` (its target's tag first when targets are tagged),
-        </s> included, untruncated."""
-        return self.tokenizer.encode(self.directions.tagged(line, direction.tgt))
+        """A line's ids as the model reads them for `direction`: the layout's special ids (language code or tag,
+        </s>) around the line's pieces, untruncated."""
+        return self.layout(direction).source(self.tokenizer.pieces(line))
 
     def encode(self, lines: Sequence[str], direction: Direction | None = None,
                first_line: int = 1) -> list[list[int] | None]:
         """Ids per line for `direction` (default: the model's only one), None for a blank line, truncated to
-        max_input_tokens with a warning (a tag stays: the first tokens are kept)."""
-        direction = direction or self.direction()
+        max_input_tokens with a warning (the layout's special ids stay: the first pieces are kept)."""
+        layout = self.layout(direction)
+        framing = len(layout.source_prefix) + len(layout.source_suffix)
         encoded: list[list[int] | None] = []
         for number, line in enumerate(lines, start=first_line):
             if not line.strip():
                 encoded.append(None)
                 continue
-            ids = self.source_ids(line, direction)
-            if len(ids) > self.max_input_tokens:
+            pieces = self.tokenizer.pieces(line)
+            if len(pieces) + framing > self.max_input_tokens:
                 log.warning(
                     "line %d: %d source tokens, more than the %d the model takes; translating its first %d",
-                    number, len(ids), self.max_input_tokens, self.max_input_tokens,
+                    number, len(pieces) + framing, self.max_input_tokens, self.max_input_tokens,
                 )
-                ids = ids[: self.max_input_tokens - 1] + [self.tokenizer.eos_id]
-            encoded.append(ids)
+                pieces = pieces[: max(self.max_input_tokens - framing, 0)]
+            encoded.append(layout.source(pieces))
         return encoded
 
-    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 4,
-                      length_penalty: float | None = None) -> list[list[int]]:
-        """Hypothesis ids (with </s>) per source, in input order, batched by tokens; `threads` batches at once."""
+    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 4, length_penalty: float | None = None,
+                      direction: Direction | None = None) -> list[list[int]]:
+        """Hypothesis ids (after the decoder prefix of `direction`, default the model's only one; with </s>) per
+        source, in input order, batched by tokens; `threads` batches at once."""
         penalty = self.generation.length_penalty if length_penalty is None else length_penalty
+        prefix = self.layout(direction).decoder_prefix
         budget = max(self.max_tokens // beam, 1)
         if self.threads > 1:  # small inputs too are split so that every thread has a batch
             budget = min(budget, max(sum(len(s) for s in sources) // self.threads, 1))
@@ -298,9 +268,9 @@ class Translator:
         def search(batch: list[int]) -> list[list[int]]:
             rows = [sources[i] for i in batch]
             input_ids, attention_mask = pad_batch(rows, self.ids.pad)
-            limits = [self.max_new_tokens(len(r)) for r in rows]
+            limits = [self.max_new_tokens(len(r), len(prefix)) for r in rows]
             return beam_search(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
-                               ids=self.ids, length_penalty=penalty)
+                               ids=self.ids, length_penalty=penalty, decoder_prefix=prefix)
 
         out: list[list[int]] = [[] for _ in sources]
         if self.threads == 1 or len(batches) == 1:
@@ -319,9 +289,11 @@ class Translator:
         left out."""
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
-        encoded = self.encode(lines, self.direction(tgt, src))
+        direction = self.direction(tgt, src)
+        encoded = self.encode(lines, direction)
         present = [i for i, ids in enumerate(encoded) if ids is not None]
-        hyps = self.translate_ids([encoded[i] for i in present], beam=beam, length_penalty=length_penalty)
+        hyps = self.translate_ids([encoded[i] for i in present], beam=beam, length_penalty=length_penalty,
+                                  direction=direction)
         out = [""] * len(lines)
         for i, hyp in zip(present, hyps, strict=True):
             # A byte-fallback piece can decode to a line break; the output must stay one line per input line.
@@ -329,16 +301,21 @@ class Translator:
         return out
 
 
-def _export_directions(model_dir: Path, manifest: ExportManifest) -> Directions:
-    """The export's directions (its languages.json), which must be the ones its manifest lists."""
+def _export_languages(model_dir: Path, manifest: ExportManifest) -> ModelLanguages:
+    """The export's directions and their layouts (its languages.json), which must be the directions and family
+    its manifest lists."""
     try:
         directions = Directions.read(model_dir)
+        if directions.names != list(manifest.directions):
+            raise ExportDirError(f"{model_dir}: languages.json lists {', '.join(directions.names)} but {MANIFEST} "
+                                 f"{', '.join(manifest.directions)}: export it again (`dvc repro export`)")
+        languages = ModelLanguages.read(model_dir)
     except ValueError as err:
         raise ExportDirError(f"{err}: export it again (`dvc repro export`)") from None
-    if directions.names != list(manifest.directions):
-        raise ExportDirError(f"{model_dir}: languages.json lists {', '.join(directions.names)} but {MANIFEST} "
-                             f"{', '.join(manifest.directions)}: export it again (`dvc repro export`)")
-    return directions
+    if languages.family != manifest.family:
+        raise ExportDirError(f"{model_dir}: languages.json is of a {languages.family} model but {MANIFEST} of a "
+                             f"{manifest.family} one: export it again (`dvc repro export`)")
+    return languages
 
 
 def read_lines(stream: BinaryIO, name: str = "<stdin>") -> list[str]:

@@ -3,12 +3,13 @@
 The request handler tokenizes (microseconds a line) so that it can refuse a line over the token limit and so that
 the batcher can count tokens; a worker thread decodes a batch of ids (milliseconds to seconds) and turns the
 hypotheses into text. `Translator.translate` does both in one call; here they are apart, through the
-Translator's tokenizer (`MarianSentencePiece`) and `translate_ids`, and the text of a hypothesis follows
-`Translator.translate`'s rule (a hypothesis is one line of text).
+Translator's `source_ids` and `translate_ids`, and the text of a hypothesis follows `Translator.translate`'s rule
+(a hypothesis is one line of text).
 
-A line is tokenized for its request's direction: with several target languages its ids start with the target's
-tag, so the graphs need nothing else to know the target (the batcher still keeps a batch to one target, which
-keeps a batch's rows alike).
+A line is tokenized for its request's direction (its layout: the Marian target tag, or the source's language
+code). The batcher keeps a batch to one target, and a batch is decoded after that target's decoder prefix (the
+start token, then the target's code where the family has one), which every direction into the target shares:
+`load` checks it, so a batch may mix the sources of several directions into one target.
 
 One Translator serves every worker: its ONNX Runtime sessions run concurrent calls, each on one thread (the
 Translator is built with threads=1, so each call decodes its batch on the calling thread only).
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.decoding import one_line
+from pipeline.export_format import ExportDirError
 from pipeline.languages import Direction
 from pipeline.serve.languages import ModelLanguages
 from pipeline.serve.settings import ServeSettings, SettingsError, flag
@@ -49,6 +51,13 @@ class TranslationEngine:
                 f"tokens the model in {settings.model_dir} takes"
             )
         beam = settings.beam if settings.beam is not None else translator.manifest.generation.beam
+        for target in translator.directions.targets:
+            into = [d for d in translator.directions.directions if d.tgt == target]
+            prefixes = {translator.layout(d).decoder_prefix for d in into}
+            if len(prefixes) > 1:  # no family does this: its languages.json would be wrong
+                raise ExportDirError(f"{settings.model_dir}: the directions into {target!r} "
+                                     f"({', '.join(map(str, into))}) start decoding from different prefixes "
+                                     f"{sorted(prefixes)}: a batch into {target!r} could not be decoded together")
         return cls(translator, languages, beam, settings.max_line_tokens or positions)
 
     @property
@@ -63,9 +72,10 @@ class TranslationEngine:
     def translate(self, sources: Sequence[Sequence[int]], target: str) -> list[str]:
         """Text of each source's translation into `target` (the sources were tokenized for it), in order. Runs on
         a worker thread."""
-        targets = self.languages.directions.targets
-        if target not in targets:  # the request handler checked it
-            raise ValueError(f"target {target!r} is not one of {targets}")
-        hypotheses = self.translator.translate_ids(sources, beam=self.beam)
+        into = [d for d in self.languages.directions.directions if d.tgt == target]
+        if not into:  # the request handler checked it
+            raise ValueError(f"target {target!r} is not one of {self.languages.directions.targets}")
+        # Every direction into the target has the same decoder prefix (load checked it).
+        hypotheses = self.translator.translate_ids(sources, beam=self.beam, direction=into[0])
         decode = self.translator.tokenizer.decode
         return [one_line(decode(hypothesis)) for hypothesis in hypotheses]

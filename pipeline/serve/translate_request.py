@@ -6,7 +6,8 @@ byte and its offset), invalid JSON (400, with line and column), a missing field,
 (422, naming the field), a string that is not valid Unicode (400: JSON's \\ud800 escapes decode to unpaired
 surrogates, which no tokenizer takes), a source or target this model does not translate, or "auto" where several
 sources go into the target (400, listing the model's directions), too many lines or too long a line (413, naming
-the limit; a line's tokens count the target's tag where the model's targets are tagged).
+the limit; a line's tokens count the special ids its direction's layout puts around it: </s>, a language code or
+the target's tag).
 
 Line breaks inside a string are kept: each line is translated on its own and the translations are joined with
 "\\n", as the model was trained on sentences, not paragraphs. Blank lines stay blank without being decoded.

@@ -12,16 +12,21 @@ cache layout, the manifest `export.json`) is pipeline/export_format.py; the runt
 Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (int8.py); `export.torchscript` traces the
 encoder and an uncached decoder (torchscript.py; legacy: torch deprecates TorchScript); `export.ctranslate2`
 converts the model to a CTranslate2 directory (ctranslate2_model.py; `pip install mtpipe[ct2]`). `models/export`
-also gets the tokenizer files, config.json, generation_config.json and the manifest, so it is self-contained.
+also gets the tokenizer files, config.json, generation_config.json, languages.json and the manifest, so it is
+self-contained.
 
-The model's directions are its `languages.json` (written by tokenize, copied with the tokenizer), recorded in the
-manifest with `target_tags`; a model of several targets reads each source with its target's tag in front, so the
-graphs are exported, converted and decoded exactly as for one direction.
+The model is a Marian model trained from scratch or a fine-tuned checkpoint of a supported family (Marian/OPUS-MT,
+mBART, mBART-50, M2M-100, NLLB: pipeline/families.py), loaded with AutoModelForSeq2SeqLM; the cached decoder is
+written in the family's architecture (wrappers.py: positions, layer norms and embedding scale differ). Its
+languages are its `languages.json` (written by tokenize, copied with the tokenizer): the directions, recorded in
+the manifest with the family and `target_tags`, and each direction's layout (pipeline/sequence_layout.py): the ids
+around a source's pieces (a Marian `>>fr<<` tag, an mBART-50 `en_XX`) and the decoder prefix (`</s> de_DE`) every
+runtime decodes after, so the graphs themselves know nothing of languages.
 
 The parity check (parity.py) runs, for every direction, on its first `export.parity_sentences` pairs of the first
-test split that holds it (of the valid split where none does; stage_inputs.py), tagged as the model reads them,
-against the model as PyTorch runs it, and the gate (gate.py) fails the stage (`ParityFailed`, naming the
-direction; nothing published) unless, for every direction,
+test split that holds it (of the valid split where none does; stage_inputs.py), laid out as the model reads them,
+against the model as PyTorch runs it (`generate` from the same decoder prefix), and the gate (gate.py) fails the
+stage (`ParityFailed`, naming the direction; nothing published) unless, for every direction,
   - every fp32 graph's outputs are within `export.max_logit_diff` (max abs) of PyTorch: encoder states and cross
     caches, teacher-forced decoder logits fed the whole prefix at once, the same fed one token at a time through the
     cache, and end to end (ONNX encoder into ONNX decoder);
@@ -60,21 +65,21 @@ from stages.export.ctranslate2_model import require_ctranslate2
 from stages.export.export_files import copy_model_files, size_mb
 from stages.export.gate import direction_failures
 from stages.export.manifest import build_manifest, generation_of
-from stages.export.stage_inputs import load_model, model_directions, parity_pairs, special_ids_of
+from stages.export.stage_inputs import ParityPairs, load_model, model_languages, parity_pairs, special_ids_of
 
 log = logging.getLogger("mtpipe.export")
 
 
-def _export_formats(model: Any, sources: list[list[int]], targets: list[list[int]], special_ids: SpecialIds,
-                    final_model: Path, out: Path, settings: ExportParams, beam: int
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Write every format `settings` asks for into `out`; returns ({format: its files}, {format: seconds})."""
+def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, final_model: Path, out: Path,
+                    settings: ExportParams, beam: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write every format `settings` asks for into `out`, the graphs traced on `pairs` (one direction's); returns
+    ({format: its files}, {format: seconds})."""
     files: dict[str, Any] = {}
     timings: dict[str, Any] = {}
     if settings.onnx or settings.torchscript:
         from stages.export.trace_inputs import example_inputs
 
-        example = example_inputs(sources, targets, special_ids)
+        example = example_inputs(pairs.sources, pairs.targets, pairs.layout, special_ids.pad)
     if settings.onnx:
         from stages.export import onnx_graphs
 
@@ -129,25 +134,25 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     if settings.ctranslate2:
         require_ctranslate2()  # before minutes of export, not after
     model, tokenizer = load_model(paths)
-    directions = model_directions(paths.final_model, tokenizer)
+    languages = model_languages(paths.final_model)
+    directions = languages.directions
     model_config = model.config
-    special_ids = special_ids_of(model_config)
-    pairs = parity_pairs(paths, directions, settings.parity_sentences, tokenizer,
+    special_ids = special_ids_of(model_config, languages)
+    pairs = parity_pairs(paths, languages, settings.parity_sentences, tokenizer,
                          model_config.max_position_embeddings)
-    sources = [ids for p in pairs.values() for ids in p.sources]
-    targets = [ids for p in pairs.values() for ids in p.targets]
+    n_sentences = sum(len(p.sources) for p in pairs.values())
     generation = generation_of(params.evaluate)
     metrics: dict[str, Any] = {}
 
     with atomic_path(paths.export) as out:
         out.mkdir()
-        model_files = copy_model_files(paths.final_model, out)
-        files, timings = _export_formats(model, sources, targets, special_ids, paths.final_model, out, settings,
-                                         generation.beam)
+        model_files = copy_model_files(paths.final_model, out, languages.family)
+        files, timings = _export_formats(model, pairs[directions.names[0]], special_ids, paths.final_model, out,
+                                         settings, generation.beam)
         if files:
             from stages.export.parity import check_parity
 
-            log.info("checking parity on %d sentences of %s (%s)", len(sources), ", ".join(directions.names),
+            log.info("checking parity on %d sentences of %s (%s)", n_sentences, ", ".join(directions.names),
                      ", ".join(files))
             metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, pairs)
             failures = direction_failures(metrics, settings)
@@ -159,7 +164,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             "min_identical": settings.min_identical,
             "max_bleu_delta": settings.max_bleu_delta,
         }
-        build_manifest(model_config, special_ids, settings, generation, directions, files, model_files,
+        build_manifest(model_config, special_ids, settings, generation, languages, files, model_files,
                        metrics).write(out)
 
     write_json(paths.metrics("export"), metrics)

@@ -1,21 +1,36 @@
 """The CTranslate2 model directory (`export.ctranslate2`, the optional `ct2` dependencies): converting the trained
 model, and decoding with it the way the other runtimes' outputs are compared.
 
-CTranslate2 drops the last embedding row (<pad>) and starts decoding from a zero vector, which matches the trained
-model because training keeps the <pad> row at zero (see stages/train/loop.py). A multi-target model's `>>fr<<` tags
-are source tokens of its vocabulary (Marian's convention), so the conversion is the same and a tagged source is
-translated as given (no target_prefix).
+CTranslate2's TransformersConverter handles the three architectures (Marian, mBART, M2M-100/NLLB). Two facts it
+reads from the config are no longer in a transformers 5 config, so the conversion states them from the loaded
+model (`_StatedConverter`): mBART's layers are pre-norm with a layernorm_embedding (transformers 5 dropped
+`normalize_before`/`normalize_embedding` from MBartConfig), and which tokenizer the checkpoint has (config
+`tokenizer_class`, unset in a checkpoint saved by save_pretrained), by which it tells mBART-cc25, decoded from the
+target's code, from mBART-50, decoded from </s>.
+
+Decoding starts from the direction's decoder prefix (pipeline/sequence_layout.py), as every runtime's does:
+CTranslate2 puts its own start token in front of `target_prefix` when its config names one, so it is given the
+target's prefix (mBART-50, M2M-100, NLLB: the target's code; Marian: nothing, its `>>fr<<` tag is a source token);
+when its config names none (mBART-cc25), it is given the whole prefix. Its hypotheses begin with the prefix it was
+given, which is dropped, so they compare with the others' (what follows the prefix).
+
+Marian: CTranslate2 drops the last embedding row (<pad>) and starts decoding from a zero vector, which matches the
+trained model because training keeps the <pad> row at zero (see stages/train/loop.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import OptionalDependencyMissing
+from pipeline.families import checkpoint_kind
+from pipeline.sequence_layout import DirectionLayout
 
 log = logging.getLogger("mtpipe.export")
 
@@ -31,16 +46,65 @@ def require_ctranslate2() -> None:
         raise _missing()
 
 
+def _stated_converter(final_model: Path) -> Any:
+    """A TransformersConverter of `final_model` that first writes onto the loaded model's config what its
+    loaders read from the config and transformers 5 no longer keeps there."""
+    from ctranslate2.converters import TransformersConverter
+
+    _, tokenizer_class = checkpoint_kind(final_model)
+
+    class _StatedConverter(TransformersConverter):
+        bos_token_id: int | None = None
+
+        def load_model(self, model_class: Any, model_name_or_path: str, **kwargs: Any) -> Any:
+            model = super().load_model(model_class, model_name_or_path, **kwargs)
+            config = model.config
+            if config.model_type == "mbart":
+                decoder = model.get_decoder()
+                config.normalize_before = True  # MBartDecoderLayer normalises before each sub-layer
+                config.normalize_embedding = hasattr(decoder, "layernorm_embedding")
+            if getattr(config, "tokenizer_class", None) is None:
+                config.tokenizer_class = tokenizer_class
+            self.bos_token_id = config.bos_token_id
+            return model
+
+        def load_tokenizer(self, tokenizer_class: Any, model_name_or_path: str, **kwargs: Any) -> Any:
+            tokenizer = super().load_tokenizer(tokenizer_class, model_name_or_path, **kwargs)
+            # CTranslate2 cannot load a model whose config's bos_token is null, and transformers 5's
+            # MBart50Tokenizer has none: name fairseq's <s>, the model config's bos or else the tokenizer's cls
+            # (which CTranslate2 uses only to add it to sources, which it does not here).
+            if tokenizer.bos_token is None:
+                bos = self.bos_token_id
+                tokenizer.bos_token = tokenizer.cls_token if bos is None else tokenizer.convert_ids_to_tokens(bos)
+            return tokenizer
+
+    return _StatedConverter(str(final_model))
+
+
 def convert_ctranslate2(final_model: Path, out: Path, quantization: str) -> float:
     """A CTranslate2 model directory `out` converted from the save_pretrained directory; returns seconds."""
     try:
-        from ctranslate2.converters import TransformersConverter
+        converter = _stated_converter(final_model)
     except ImportError:
         raise _missing() from None
     log.info("converting to CTranslate2 (%s)", quantization)
     start = time.perf_counter()
-    TransformersConverter(str(final_model)).convert(str(out), quantization=quantization)
+    converter.convert(str(out), quantization=quantization)
     return round(time.perf_counter() - start, 2)
+
+
+def starts_itself(model_dir: Path) -> bool:
+    """Whether a CTranslate2 model directory's decoder puts its own start token in front of the target prefix
+    (its config.json names a `decoder_start_token`)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    return config.get("decoder_start_token") is not None
+
+
+def target_prefix(layout: DirectionLayout, tokenizer: Any, own_start: bool) -> list[str]:
+    """The tokens CTranslate2 is given as a direction's target_prefix: its decoder prefix without the start token
+    when CTranslate2 adds its own (`own_start`, see starts_itself), the whole prefix otherwise."""
+    ids = layout.target_prefix if own_start else layout.decoder_prefix
+    return tokenizer.convert_ids_to_tokens(list(ids))
 
 
 def max_decoding_length(output_limit: int) -> int:
@@ -49,9 +113,16 @@ def max_decoding_length(output_limit: int) -> int:
     return max(output_limit - 1, 1)
 
 
-def greedy_ids(translator: Any, tokenizer: Any, sources: list[list[int]], output_limit: int, eos_id: int
-               ) -> list[list[int]]:
-    """CTranslate2 greedy outputs as ids ending in </s>, like the other runtimes' (it returns no end token)."""
+def greedy_ids(translator: Any, tokenizer: Any, sources: list[list[int]], prefix: Sequence[str], own_start: bool,
+               output_limit: int, eos_id: int) -> list[list[int]]:
+    """CTranslate2 greedy outputs after the decoder prefix, as ids ending in </s>, like the other runtimes'.
+
+    `prefix` is the target_prefix (target_prefix()). Its hypotheses begin with the prefix tokens that are not its
+    start token (all of them when it adds its own, `own_start`; all but the first otherwise), which also count
+    towards max_decoding_length; they are dropped here. It returns no end token."""
     tokens = [tokenizer.convert_ids_to_tokens(s) for s in sources]
-    results = translator.translate_batch(tokens, beam_size=1, max_decoding_length=max_decoding_length(output_limit))
-    return [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) + [eos_id] for r in results]
+    options: dict[str, Any] = {"target_prefix": [list(prefix)] * len(tokens)} if prefix else {}
+    shown = len(prefix) if own_start else max(len(prefix) - 1, 0)
+    results = translator.translate_batch(tokens, beam_size=1,
+                                         max_decoding_length=max_decoding_length(output_limit) + shown, **options)
+    return [tokenizer.convert_tokens_to_ids(r.hypotheses[0][shown:]) + [eos_id] for r in results]

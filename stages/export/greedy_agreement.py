@@ -1,52 +1,74 @@
 """Greedy decoding with every runtime against `model.generate`, and how their outputs agree.
 
-Every runtime decodes a batch with the same length limit (one per batch, as generate applies it): the ONNX graphs
-through pipeline.beam_search with beam 1, CTranslate2 with beam_size 1. Agreement is the share of token-identical
-outputs and the corpus BLEU (sacreBLEU, cased, 13a) against the references, with its delta to PyTorch's.
+Every runtime decodes a batch of one direction from that direction's decoder prefix (pipeline/sequence_layout.py),
+with the same length limit (one per batch, as generate applies it), and returns what follows the prefix: PyTorch
+through stages/prefixed_generate.py, the ONNX graphs through pipeline.beam_search with beam 1, CTranslate2 with
+beam_size 1 and the prefix as its target_prefix. Agreement is the share of token-identical outputs and the corpus
+BLEU (sacreBLEU, cased, 13a) against the references, with its delta to PyTorch's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.beam_search import beam_search
-from pipeline.decoding import SpecialIds, strip_hypothesis
+from pipeline.decoding import SpecialIds
+from pipeline.sequence_layout import DirectionLayout
 from pipeline.translate import OnnxSeq2Seq
-from stages.export.ctranslate2_model import greedy_ids
+from stages.export.ctranslate2_model import greedy_ids, target_prefix
 from stages.export.graph_diffs import ParityBatch
 
 
-def pytorch_greedy(model: Any, batch: ParityBatch, limit: int, special_ids: SpecialIds) -> list[list[int]]:
-    """`model.generate`'s greedy outputs (ids up to and including </s>), never emitting <pad>."""
+@dataclass(frozen=True)
+class CTranslate2Runtime:
+    """A CTranslate2 translator and whether it puts its own start token in front of the target prefix
+    (ctranslate2_model.starts_itself)."""
+
+    translator: Any
+    starts_itself: bool
+
+
+def pytorch_greedy(model: Any, batch: ParityBatch, layout: DirectionLayout, limit: int, special_ids: SpecialIds
+                   ) -> list[list[int]]:
+    """`model.generate`'s greedy outputs after the decoder prefix (ids up to and including </s>), never emitting
+    <pad>, </s> forced at the limit."""
     import torch
 
+    from stages.prefixed_generate import generate_from_prefix
+
     with torch.no_grad():
-        generated = model.generate(
-            input_ids=torch.from_numpy(batch.input_ids),
-            attention_mask=torch.from_numpy(batch.attention_mask),
+        return generate_from_prefix(
+            model,
+            torch.from_numpy(batch.input_ids),
+            torch.from_numpy(batch.attention_mask),
+            layout.decoder_prefix,
+            limit,
+            eos_id=special_ids.eos,
+            pad_id=special_ids.pad,
             num_beams=1,
-            do_sample=False,
-            # max_length counts the start token (max_new_tokens would warn against the saved max_length).
-            max_length=limit + 1,
             bad_words_ids=[[special_ids.pad]],
             forced_eos_token_id=special_ids.eos,
-            decoder_start_token_id=special_ids.start,
             eos_token_id=special_ids.eos,
             pad_token_id=special_ids.pad,
         )
-    return [strip_hypothesis(row[1:].tolist(), special_ids.eos, special_ids.pad) for row in generated]
 
 
-def greedy_outputs(model: Any, onnx_runtimes: Mapping[str, OnnxSeq2Seq], ctranslate2: Any, tokenizer: Any,
-                   batch: ParityBatch, limit: int, special_ids: SpecialIds) -> dict[str, list[list[int]]]:
-    """{"pytorch", each ONNX runtime's name, "ctranslate2" (when given): greedy ids of the batch}."""
-    outputs = {"pytorch": pytorch_greedy(model, batch, limit, special_ids)}
+def greedy_outputs(model: Any, onnx_runtimes: Mapping[str, OnnxSeq2Seq], ctranslate2: CTranslate2Runtime | None,
+                   tokenizer: Any, batch: ParityBatch, layout: DirectionLayout, limit: int, special_ids: SpecialIds
+                   ) -> dict[str, list[list[int]]]:
+    """{"pytorch", each ONNX runtime's name, "ctranslate2" (when given): greedy ids of the batch after the
+    direction's decoder prefix}."""
+    outputs = {"pytorch": pytorch_greedy(model, batch, layout, limit, special_ids)}
     for name, runtime in onnx_runtimes.items():
         outputs[name] = beam_search(runtime, batch.input_ids, batch.attention_mask, beam=1,
-                                    max_new_tokens=[limit] * len(batch.sources), ids=special_ids)
+                                    max_new_tokens=[limit] * len(batch.sources), ids=special_ids,
+                                    decoder_prefix=layout.decoder_prefix)
     if ctranslate2 is not None:
-        outputs["ctranslate2"] = greedy_ids(ctranslate2, tokenizer, batch.sources, limit, special_ids.eos)
+        prefix = target_prefix(layout, tokenizer, ctranslate2.starts_itself)
+        outputs["ctranslate2"] = greedy_ids(ctranslate2.translator, tokenizer, batch.sources, prefix,
+                                            ctranslate2.starts_itself, limit, special_ids.eos)
     return outputs
 
 

@@ -1,13 +1,14 @@
-"""The manifest the stage writes (pipeline/export_format.py's ExportManifest), from the model config and params."""
+"""The manifest the stage writes (pipeline/export_format.py's ExportManifest), from the model config, its languages
+(family, directions and whether sources carry a target tag) and params."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.decoding import SpecialIds
-from pipeline.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam
-from pipeline.languages import Directions
+from pipeline.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam, target_tags_of
 from pipeline.params import EvaluateParams, ExportParams
+from pipeline.sequence_layout import ModelLanguages
 
 # The parity figures the manifest keeps (metrics/export.json has them all).
 PARITY_KEYS = ("n_sentences", "identical_share", "bleu", "onnx", "torchscript", "onnx_int8", "ctranslate2",
@@ -21,9 +22,9 @@ def generation_of(evaluate: EvaluateParams) -> Generation:
 
 
 def build_manifest(model_config: Any, special_ids: SpecialIds, settings: ExportParams, generation: Generation,
-                   directions: Directions, files: dict[str, Any], model_files: list[str], metrics: dict[str, Any]
+                   languages: ModelLanguages, files: dict[str, Any], model_files: list[str], metrics: dict[str, Any]
                    ) -> ExportManifest:
-    """The manifest of an export of a model with this (transformers) config and these directions: `files` by
+    """The manifest of an export of a model with this (transformers) config and these languages: `files` by
     format, the copied `model_files`, and the parity figures from `metrics`."""
     return ExportManifest(
         files=files,
@@ -42,7 +43,8 @@ def build_manifest(model_config: Any, special_ids: SpecialIds, settings: ExportP
             max_positions=model_config.max_position_embeddings,
         ),
         generation=generation,
-        directions=tuple(directions.names),
-        target_tags=directions.target_tags,
+        family=languages.family,
+        directions=tuple(languages.directions.names),
+        target_tags=target_tags_of(languages),
         parity={key: metrics[key] for key in PARITY_KEYS if key in metrics},
     )

@@ -2,12 +2,12 @@
 direction the model translates.
 
 Each direction's sentences are run in padded batches of PARITY_BATCH (a batch holds one direction, so every
-figure can be told per direction). Per batch, graph_diffs.py measures the fp32 ONNX and the TorchScript graphs'
-outputs against PyTorch's, and greedy_agreement.py decodes greedily with PyTorch and every other runtime (fp32 and
-int8 ONNX, CTranslate2). A direction's report holds the largest difference over its batches per figure and its
-greedy agreement; the overall report (the top level of metrics/export.json) pools every direction's sentences:
-the largest difference of any, the agreement over all of them. gate.py decides, per direction, what fails the
-stage.
+figure can be told per direction, and every runtime decodes it from that direction's decoder prefix). Per batch,
+graph_diffs.py measures the fp32 ONNX and the TorchScript graphs' outputs against PyTorch's, and
+greedy_agreement.py decodes greedily with PyTorch and every other runtime (fp32 and int8 ONNX, CTranslate2). A
+direction's report holds the largest difference over its batches per figure and its greedy agreement; the overall
+report (the top level of metrics/export.json) pools every direction's sentences: the largest difference of any,
+the agreement over all of them. gate.py decides, per direction, what fails the stage.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ import torch
 from pipeline.decoding import SpecialIds, output_limit, pad_batch
 from pipeline.export_format import CTRANSLATE2_DIR, ONNX_FILES, ONNX_INT8_FILES, Generation
 from pipeline.params import ExportParams
+from pipeline.sequence_layout import DirectionLayout
 from pipeline.translate import OnnxSeq2Seq
+from stages.export.ctranslate2_model import starts_itself
 from stages.export.graph_diffs import ONNX_DIFFS, TORCHSCRIPT_DIFFS, ParityBatch, onnx_diffs, torchscript_diffs, worst
-from stages.export.greedy_agreement import greedy_outputs, greedy_report
+from stages.export.greedy_agreement import CTranslate2Runtime, greedy_outputs, greedy_report
 from stages.export.stage_inputs import ParityPairs
 from stages.export.torchscript import load_torchscript
 from stages.export.wrappers import export_wrappers
@@ -41,7 +43,7 @@ class ParityRuntimes:
 
     onnx: dict[str, OnnxSeq2Seq]
     torchscript: tuple[Any, Any] | None
-    ctranslate2: Any | None
+    ctranslate2: CTranslate2Runtime | None
 
     def decode_greedily(self) -> bool:
         """Whether any runtime decodes (TorchScript alone is compared on its graphs only)."""
@@ -59,16 +61,19 @@ def load_runtimes(out: Path, settings: ExportParams) -> ParityRuntimes:
     if settings.ctranslate2:
         import ctranslate2 as ct2
 
-        ctranslate2 = ct2.Translator(str(out / CTRANSLATE2_DIR), device="cpu", inter_threads=1,
-                                     intra_threads=ORT_THREADS)
+        model_dir = out / CTRANSLATE2_DIR
+        ctranslate2 = CTranslate2Runtime(ct2.Translator(str(model_dir), device="cpu", inter_threads=1,
+                                                        intra_threads=ORT_THREADS), starts_itself(model_dir))
     return ParityRuntimes(onnx, load_torchscript(out) if settings.torchscript else None, ctranslate2)
 
 
 def reference_batch(model: Any, reference_encoder: Any, sources: list[list[int]], targets: list[list[int]],
-                    special_ids: SpecialIds) -> ParityBatch:
-    """A padded batch of pairs with the PyTorch model's encoder states, cross caches and teacher-forced logits."""
-    ids, mask = pad_batch(sources, special_ids.pad)
-    decoder_ids, decoder_mask = pad_batch([[special_ids.start, *t[:-1]] for t in targets], special_ids.pad)
+                    layout: DirectionLayout, pad_id: int) -> ParityBatch:
+    """A padded batch of one direction's pairs with the PyTorch model's encoder states, cross caches and
+    teacher-forced logits (the decoder fed the direction's start, then the labels without the last, as the
+    model's own label shift does)."""
+    ids, mask = pad_batch(sources, pad_id)
+    decoder_ids, decoder_mask = pad_batch([[layout.decoder_start, *t[:-1]] for t in targets], pad_id)
     input_ids, attention_mask = torch.from_numpy(ids), torch.from_numpy(mask)
     with torch.no_grad():
         hidden, *cross = (x.numpy() for x in reference_encoder(input_ids, attention_mask))
@@ -109,16 +114,18 @@ def _measure(model: Any, tokenizer: Any, reference_encoder: Any, runtimes: Parit
     max_positions = model.config.max_position_embeddings
     for start in range(0, len(pairs.sources), PARITY_BATCH):
         batch = reference_batch(model, reference_encoder, pairs.sources[start : start + PARITY_BATCH],
-                                pairs.targets[start : start + PARITY_BATCH], special_ids)
+                                pairs.targets[start : start + PARITY_BATCH], pairs.layout, special_ids.pad)
         if "onnx" in diffs:
             _keep_worst(diffs["onnx"], onnx_diffs(runtimes.onnx["onnx"], batch))
         if "torchscript" in diffs:
             _keep_worst(diffs["torchscript"], torchscript_diffs(runtimes.torchscript, batch))
         if runtimes.decode_greedily():
-            # One length limit for the whole batch, as generate applies it, so every runtime decodes the same way.
-            limit = output_limit(batch.input_ids.shape[1], generation.max_len_a, generation.max_len_b, max_positions)
-            for name, ids in greedy_outputs(model, runtimes.onnx, runtimes.ctranslate2, tokenizer, batch, limit,
-                                            special_ids).items():
+            # One length limit for the whole batch, as generate applies it, so every runtime decodes the same way;
+            # the decoder prefix takes positions too.
+            limit = min(output_limit(batch.input_ids.shape[1], generation.max_len_a, generation.max_len_b,
+                                     max_positions), max_positions - len(pairs.layout.decoder_prefix))
+            for name, ids in greedy_outputs(model, runtimes.onnx, runtimes.ctranslate2, tokenizer, batch,
+                                            pairs.layout, limit, special_ids).items():
                 hyps.setdefault(name, []).extend(ids)
     return _Measured(diffs, hyps)
 

@@ -1,10 +1,12 @@
-"""What the stage reads: the trained model (`models/final`, with `from_pretrained`), its directions (its
-`languages.json`), its special ids, and the parity pairs of every direction.
+"""What the stage reads: the trained model (`models/final`, with `from_pretrained`, after checking it is of a
+supported family), its languages (its `languages.json`: directions, family and each direction's layout), and the
+parity pairs of every direction.
 
 A direction's parity pairs are its first `export.parity_sentences` pairs in the first test split of `data/clean`
 that holds any; a direction no test split holds (a test split may cover a subset of the directions) is checked on
 its valid pairs instead, which every direction has, so the gate covers every direction the model translates. The
-sources are tagged as the model reads them (`>>fr<< ...` when it has several targets).
+sources are read as the model reads them: the direction's layout around the text's plain pieces (`>>fr<< ...`
+for a Marian multi-target model, `en_XX ... </s>` for mBART-50), and the references as its labels.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from pipeline.artifacts import Paths, test_splits
 from pipeline.corpus import read_pairs_by_direction
 from pipeline.decoding import SpecialIds
 from pipeline.errors import MissingArtifact, ParityFailed, PipelineError
-from pipeline.languages import Direction, Directions
+from pipeline.families import check_local_checkpoint
+from pipeline.languages import LANGUAGES_FILE, Directions
+from pipeline.sequence_layout import DirectionLayout, ModelLanguages
 
 log = logging.getLogger("mtpipe.export")
 
@@ -28,44 +32,51 @@ FALLBACK_SPLIT = "valid"
 
 @dataclass(frozen=True)
 class ParityPairs:
-    """One direction's parity pairs: the split they come from, the source ids as the model reads them (tag first
-    when targets are tagged), the reference ids (teacher forcing) and the reference texts (BLEU)."""
+    """One direction's parity pairs: the split they come from, the direction's layout, the source ids as the model
+    reads them, the reference ids as its labels (teacher forcing: the decoder reads the start token, then the
+    labels without the last) and the reference texts (BLEU)."""
 
     split: str
+    layout: DirectionLayout
     sources: list[list[int]]
     targets: list[list[int]]
     references: list[str]
 
 
 def load_model(paths: Paths) -> tuple[Any, Any]:
-    """(MarianMTModel in fp32 and eval mode, its tokenizer) from models/final."""
+    """(the seq2seq model in fp32 and eval mode, its tokenizer) from models/final; UnsupportedCheckpoint, naming
+    the supported families, for a checkpoint of another (checked before loading it)."""
     import torch
-    from transformers import AutoTokenizer, MarianMTModel
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     if not (paths.final_model / "config.json").is_file():
         raise MissingArtifact(paths.final_model, "train")
-    model = MarianMTModel.from_pretrained(paths.final_model, dtype=torch.float32).eval()
+    check_local_checkpoint(paths.final_model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(paths.final_model, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(paths.final_model)
     return model, tokenizer
 
 
-def model_directions(model_dir: Path, tokenizer: Any) -> Directions:
-    """The directions models/final records; PipelineError when it records none, or when its tokenizer lacks a
-    target tag (the model could not be asked for that target)."""
+def model_languages(model_dir: Path) -> ModelLanguages:
+    """The languages models/final records (directions, family, layouts); PipelineError when it records none, when
+    it has no layouts (an older tokenize wrote it), or when its family is not the checkpoint's."""
     try:
-        directions = Directions.read(model_dir)
+        languages = ModelLanguages.read(model_dir)
     except ValueError as err:
         raise PipelineError(f"{err}: train it again (`dvc repro tokenize train`)") from None
-    for tag in directions.tags:
-        if tokenizer.convert_tokens_to_ids(tag) in (None, tokenizer.unk_token_id):
-            raise PipelineError(f"{model_dir}: the tokenizer has no {tag} token, which the model's directions "
-                                f"{', '.join(directions.names)} need: train it again (`dvc repro tokenize train`)")
-    return directions
+    family = check_local_checkpoint(model_dir).name
+    if languages.family != family:
+        raise PipelineError(f"{Path(model_dir) / LANGUAGES_FILE}: family {languages.family!r}, but the checkpoint "
+                            f"beside it is a {family} one: train it again (`dvc repro tokenize train`)")
+    return languages
 
 
-def special_ids_of(model_config: Any) -> SpecialIds:
-    """The ids decoding starts from, ends on and pads with, from a transformers model config."""
-    return SpecialIds(start=model_config.decoder_start_token_id, eos=model_config.eos_token_id,
+def special_ids_of(model_config: Any, languages: ModelLanguages) -> SpecialIds:
+    """The ids decoding ends on and pads with, from a transformers model config, and the one it starts from: the
+    directions' common decoder start, or None where they start from different tokens (mBART-cc25 starts from the
+    target's code; each layout holds its own)."""
+    starts = {layout.decoder_start for layout in languages.layouts.values()}
+    return SpecialIds(start=starts.pop() if len(starts) == 1 else None, eos=model_config.eos_token_id,
                       pad=model_config.pad_token_id)
 
 
@@ -95,16 +106,28 @@ def _first_pairs(paths: Paths, directions: Directions, count: int) -> dict[str, 
     return found
 
 
-def parity_pairs(paths: Paths, directions: Directions, count: int, tokenizer: Any, max_positions: int
+def _framed(layout_prefix: tuple[int, ...], pieces: list[int], layout_suffix: tuple[int, ...], max_positions: int
+            ) -> list[int]:
+    """Pieces framed by a layout's prefix and suffix, the pieces cut so the whole fits the model's positions."""
+    room = max(max_positions - len(layout_prefix) - len(layout_suffix), 0)
+    return [*layout_prefix, *pieces[:room], *layout_suffix]
+
+
+def parity_pairs(paths: Paths, languages: ModelLanguages, count: int, tokenizer: Any, max_positions: int
                  ) -> dict[str, ParityPairs]:
-    """Every direction's parity pairs (in the model's direction order), tokenized as the model reads them."""
+    """Every direction's parity pairs (in the model's direction order), as the model reads them: the layout around
+    the plain pieces (`tokenizer(text, add_special_tokens=False)`) of sources and of references."""
+    directions = languages.directions
     pairs = {}
     for name, (split, sources, references) in _first_pairs(paths, directions, count).items():
-        tagged = [directions.tagged(s, Direction.parse(name).tgt) for s in sources]
+        layout = languages.layout(name)
+        source_pieces = tokenizer(sources, add_special_tokens=False)["input_ids"]
+        target_pieces = tokenizer(text_target=references, add_special_tokens=False)["input_ids"]
         pairs[name] = ParityPairs(
             split=split,
-            sources=tokenizer(tagged, truncation=True, max_length=max_positions)["input_ids"],
-            targets=tokenizer(text_target=references, truncation=True, max_length=max_positions)["input_ids"],
+            layout=layout,
+            sources=[_framed(layout.source_prefix, p, layout.source_suffix, max_positions) for p in source_pieces],
+            targets=[_framed(layout.target_prefix, p, layout.target_suffix, max_positions) for p in target_pieces],
             references=references,
         )
     return {name: pairs[name] for name in directions.names}

@@ -9,19 +9,33 @@
 The cached decoder is written here over the model's own layers (projections, layer norms, feed-forward), not over
 transformers' Cache objects (whose argument was renamed from `past_key_values` to `cache` in transformers 5): its
 inputs and outputs are plain tensors, which exports cleanly and does not move with that API. Graph names and the
-cache layout are pipeline/export_format.py's.
+cache layout are pipeline/export_format.py's. The encoder is the model's own module (it needs no cache).
+
+The three architectures the pipeline fine-tunes differ in their decoders in two places only, each one small module
+below, chosen by config.json's model_type (DECODER_ARCHITECTURES):
+
+    model_type  input embedding                                        layers      after the last layer
+    marian      tokens x embed_scale + sinusoidal table[position]      post-norm   -
+    mbart       layernorm_embedding(tokens + learned[position + 2])    pre-norm    layer_norm
+    m2m_100     tokens + sinusoidal table[position + padding_idx + 1]  pre-norm    layer_norm
+
+(mBART's and M2M-100's token embeddings scale themselves: transformers' *ScaledWordEmbedding.) The output
+projection adds `final_logits_bias` where the model has one (Marian, mBART; M2M-100 has none).
 
 Importing this module imports torch: only the export stage's torch-side modules and the tests import it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from pipeline.export_format import candidates_for_beam
+from pipeline.families import UnsupportedCheckpoint
 
 
 def split_heads(states: Any, head_dim: int) -> Any:
@@ -31,7 +45,7 @@ def split_heads(states: Any, head_dim: int) -> Any:
 
 
 def attend(attention: Any, hidden: Any, keys: Any, values: Any, bias: Any, head_dim: int) -> Any:
-    """MarianAttention's output for queries from `hidden` over given keys/values, with an additive mask."""
+    """The attention module's output for queries from `hidden` over given keys/values, with an additive mask."""
     query = split_heads(attention.q_proj(hidden), head_dim)
     weights = torch.softmax(torch.matmul(query, keys.transpose(2, 3)) * attention.scaling + bias, dim=-1)
     out = torch.matmul(weights, values).transpose(1, 2)
@@ -57,6 +71,178 @@ def attend_by_sentence(attention: Any, hidden: Any, keys: Any, values: Any, bias
     return attention.out_proj(out)
 
 
+def self_attend(attention: Any, hidden: Any, past_keys: Any, past_values: Any, bias: Any, head_dim: int
+                ) -> tuple[Any, Any, Any]:
+    """Causal self-attention of the new tokens over the cached ones and themselves -> (output, keys, values), the
+    keys and values being the cache extended by the new tokens'."""
+    keys = torch.cat([past_keys, split_heads(attention.k_proj(hidden), head_dim)], dim=2)
+    values = torch.cat([past_values, split_heads(attention.v_proj(hidden), head_dim)], dim=2)
+    return attend(attention, hidden, keys, values, bias, head_dim), keys, values
+
+
+def feed_forward(layer: Any, hidden: Any) -> Any:
+    return layer.fc2(layer.activation_fn(layer.fc1(hidden)))
+
+
+def output_bias(model: Any) -> torch.Tensor | None:
+    """A copy of the model's `final_logits_bias` (added to lm_head's output by Marian and mBART), or None."""
+    bias = getattr(model, "final_logits_bias", None)
+    return None if bias is None else bias.detach().clone()
+
+
+# --------------------------------------------------------------------------------------------------- embeddings
+
+
+def _self_scaling_tokens(decoder: Any) -> nn.Module:
+    """The decoder's token embedding, which must apply embed_scale itself (transformers' *ScaledWordEmbedding):
+    a version where the decoder scales instead would otherwise be exported unscaled."""
+    tokens = decoder.embed_tokens
+    if not hasattr(tokens, "embed_scale"):
+        raise UnsupportedCheckpoint(
+            f"{type(decoder).__name__}.embed_tokens is a {type(tokens).__name__} without embed_scale: this "
+            "transformers version scales the embeddings elsewhere, which stages/export/wrappers.py does not follow")
+    return tokens
+
+
+class MarianEmbedding(nn.Module):
+    """Marian: the token embeddings times the decoder's embed_scale, plus a sinusoidal table indexed by position."""
+
+    def __init__(self, decoder: Any, max_positions: int):
+        super().__init__()
+        self.embed_tokens = decoder.embed_tokens
+        self.embed_scale = decoder.embed_scale
+        self.embed_positions = decoder.embed_positions
+
+    def forward(self, decoder_input_ids: Any, positions: Any) -> Any:
+        hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
+        return hidden + self.embed_positions.weight[positions]
+
+
+class MBartEmbedding(nn.Module):
+    """mBART: the (self-scaling) token embeddings plus learned positions, which its table keeps `offset` (2) rows
+    down, then layernorm_embedding."""
+
+    def __init__(self, decoder: Any, max_positions: int):
+        super().__init__()
+        self.embed_tokens = _self_scaling_tokens(decoder)
+        self.embed_positions = decoder.embed_positions
+        self.offset = int(decoder.embed_positions.offset)
+        self.layernorm_embedding = decoder.layernorm_embedding
+
+    def forward(self, decoder_input_ids: Any, positions: Any) -> Any:
+        hidden = self.embed_tokens(decoder_input_ids) + self.embed_positions.weight[positions + self.offset]
+        return self.layernorm_embedding(hidden)
+
+
+class M2M100Embedding(nn.Module):
+    """M2M-100 and NLLB: the (self-scaling) token embeddings plus fairseq's sinusoidal positions, which number
+    tokens from padding_idx + 1 (the table's row padding_idx, zero, is what transformers gives <pad> tokens).
+
+    Decoder inputs here never hold <pad> before a real token (batches are right-padded, and decoding never emits
+    it), so a token's position is its index: the cumulative count of non-pad tokens transformers computes is the
+    same number.
+    """
+
+    def __init__(self, decoder: Any, max_positions: int):
+        super().__init__()
+        self.embed_tokens = _self_scaling_tokens(decoder)
+        positions = decoder.embed_positions
+        self.first_position = int(positions.padding_idx) + 1
+        rows = self.first_position + max_positions
+        # The model's table (a non-persistent buffer, rebuilt at load) covers max_positions + 2 rows; transformers
+        # grows it on the fly for a longer input, which a graph cannot, so it is built as long as needed here.
+        table = positions.weights
+        if table.shape[0] < rows:
+            table = positions.get_embedding(rows, positions.embedding_dim, positions.padding_idx)
+        self.register_buffer("position_table", table.detach().clone())
+
+    def forward(self, decoder_input_ids: Any, positions: Any) -> Any:
+        return self.embed_tokens(decoder_input_ids) + self.position_table[positions + self.first_position]
+
+
+# --------------------------------------------------------------------------------------------------- layers
+
+
+class PostNormLayer(nn.Module):
+    """A Marian decoder layer: each sub-layer's residual sum, then its layer norm."""
+
+    def __init__(self, layer: Any, head_dim: int):
+        super().__init__()
+        self.layer = layer
+        self.head_dim = head_dim
+
+    def forward(self, hidden: Any, past_keys: Any, past_values: Any, self_bias: Any, cross_keys: Any,
+                cross_values: Any, cross_bias: Any) -> tuple[Any, Any, Any]:
+        layer = self.layer
+        out, keys, values = self_attend(layer.self_attn, hidden, past_keys, past_values, self_bias, self.head_dim)
+        hidden = layer.self_attn_layer_norm(hidden + out)
+        hidden = layer.encoder_attn_layer_norm(
+            hidden + attend_by_sentence(layer.encoder_attn, hidden, cross_keys, cross_values, cross_bias,
+                                        self.head_dim)
+        )
+        hidden = layer.final_layer_norm(hidden + feed_forward(layer, hidden))
+        return hidden, keys, values
+
+
+class PreNormLayer(nn.Module):
+    """An mBART or M2M-100 decoder layer: each sub-layer reads its layer norm's output and adds to the residual."""
+
+    def __init__(self, layer: Any, head_dim: int):
+        super().__init__()
+        self.layer = layer
+        self.head_dim = head_dim
+
+    def forward(self, hidden: Any, past_keys: Any, past_values: Any, self_bias: Any, cross_keys: Any,
+                cross_values: Any, cross_bias: Any) -> tuple[Any, Any, Any]:
+        layer = self.layer
+        out, keys, values = self_attend(layer.self_attn, layer.self_attn_layer_norm(hidden), past_keys, past_values,
+                                        self_bias, self.head_dim)
+        hidden = hidden + out
+        hidden = hidden + attend_by_sentence(layer.encoder_attn, layer.encoder_attn_layer_norm(hidden), cross_keys,
+                                             cross_values, cross_bias, self.head_dim)
+        hidden = hidden + feed_forward(layer, layer.final_layer_norm(hidden))
+        return hidden, keys, values
+
+
+def no_final_norm(decoder: Any) -> nn.Module:
+    return nn.Identity()
+
+
+def final_layer_norm(decoder: Any) -> nn.Module:
+    """The layer norm a pre-norm decoder applies after its last layer."""
+    return decoder.layer_norm
+
+
+@dataclass(frozen=True)
+class DecoderArchitecture:
+    """Where a family's decoder differs from the others: its input embedding (built from the decoder and the
+    model's max positions), its layers' norm placement, and what follows the last layer."""
+
+    embedding: Callable[[Any, int], nn.Module]
+    layer: Callable[[Any, int], nn.Module]
+    final_norm: Callable[[Any], nn.Module]
+
+
+DECODER_ARCHITECTURES = {
+    "marian": DecoderArchitecture(MarianEmbedding, PostNormLayer, no_final_norm),
+    "mbart": DecoderArchitecture(MBartEmbedding, PreNormLayer, final_layer_norm),
+    "m2m_100": DecoderArchitecture(M2M100Embedding, PreNormLayer, final_layer_norm),
+}
+
+
+def decoder_architecture(model_config: Any) -> DecoderArchitecture:
+    """The architecture of a transformers model config's decoder; UnsupportedCheckpoint naming the ones the
+    export writes graphs for otherwise."""
+    model_type = getattr(model_config, "model_type", None)
+    if model_type not in DECODER_ARCHITECTURES:
+        raise UnsupportedCheckpoint(f"model_type {model_type!r}: the export writes cached decoders for "
+                                    f"{', '.join(DECODER_ARCHITECTURES)} only")
+    return DECODER_ARCHITECTURES[model_type]
+
+
+# --------------------------------------------------------------------------------------------------- the graphs
+
+
 class EncoderForExport(nn.Module):
     """input_ids, attention_mask -> last_hidden_state (the legacy TorchScript encoder)."""
 
@@ -75,8 +261,8 @@ class DecoderForExport(nn.Module):
         super().__init__()
         self.decoder = model.get_decoder()
         self.lm_head = model.lm_head
-        # Marian adds a bias buffer outside lm_head; MarianMTModel.forward does the same sum.
-        self.register_buffer("final_logits_bias", model.final_logits_bias.detach().clone())
+        # Marian and mBART add a bias buffer outside lm_head, as their forward does.
+        self.register_buffer("final_logits_bias", output_bias(model))
 
     def forward(self, decoder_input_ids: Any, encoder_hidden_states: Any, encoder_attention_mask: Any) -> Any:
         hidden = self.decoder(
@@ -85,7 +271,8 @@ class DecoderForExport(nn.Module):
             encoder_attention_mask=encoder_attention_mask,
             use_cache=False,
         ).last_hidden_state
-        return self.lm_head(hidden) + self.final_logits_bias
+        logits = self.lm_head(hidden)
+        return logits if self.final_logits_bias is None else logits + self.final_logits_bias
 
 
 class EncoderWithCrossCache(nn.Module):
@@ -113,9 +300,11 @@ class EncoderWithCrossCache(nn.Module):
 class CachedDecoder(nn.Module):
     """One decoder pass over `new_len` tokens that follow `past_len` cached ones -> logits and extended cache.
 
-    The Marian decoder layer, post-norm, written out over the model's modules: self-attention over
-    cache + new tokens (causal), cross-attention over the precomputed encoder keys/values (source padding
-    masked), feed-forward. Equal to MarianMTModel's decoder within float rounding (the parity gate checks it).
+    The model's decoder written out over its own modules, in its family's architecture (DECODER_ARCHITECTURES):
+    the input embedding at positions past_len ..., then per layer self-attention over cache + new tokens
+    (causal), cross-attention over the precomputed encoder keys/values (source padding masked) and feed-forward,
+    then the output projection. Equal to the transformers decoder within float rounding (the parity gate checks
+    it). The first call of a search may feed a whole decoder prefix (</s> de_DE) with an empty cache.
 
     Rows are sentences x group: decoder_input_ids and the self cache have a row per hypothesis (sentence s,
     beam b at row s * group + b), encoder_attention_mask and the cross cache a row per sentence; group is
@@ -124,18 +313,19 @@ class CachedDecoder(nn.Module):
 
     def __init__(self, model: Any, candidates: int):
         super().__init__()
+        model_config = model.config
+        architecture = decoder_architecture(model_config)
         decoder = model.get_decoder()
-        self.candidates = min(candidates, model.config.vocab_size)
-        self.embed_tokens = decoder.embed_tokens
-        self.embed_scale = decoder.embed_scale
-        self.embed_positions = decoder.embed_positions
-        self.layers = decoder.layers
+        self.candidates = min(candidates, model_config.vocab_size)
+        head_dim = model_config.d_model // model_config.decoder_attention_heads
+        self.embedding = architecture.embedding(decoder, model_config.max_position_embeddings)
+        self.layers = nn.ModuleList(architecture.layer(layer, head_dim) for layer in decoder.layers)
+        self.final_norm = architecture.final_norm(decoder)
         # The output projection as its own (d_model, vocab) weight, not the embedding matrix it is tied to:
         # a weight used by Gather and, transposed, by MatMul is not quantised for the MatMul (the int8 graph
         # would dequantise the whole matrix at every step), and the MatMul gets it in the layout it reads.
         self.output_projection = nn.Parameter(model.lm_head.weight.detach().t().contiguous(), requires_grad=False)
-        self.register_buffer("final_logits_bias", model.final_logits_bias.detach().clone())
-        self.head_dim = model.config.d_model // model.config.decoder_attention_heads
+        self.register_buffer("final_logits_bias", output_bias(model))
 
     def forward(
         self,
@@ -149,8 +339,7 @@ class CachedDecoder(nn.Module):
         self_cache/cross_cache: [key_0, value_0, key_1, ...] -> logits, next_log_probs, next_ids, *present."""
         past_len, new_len = self_cache[0].shape[2], decoder_input_ids.shape[1]
         positions = torch.arange(new_len, device=decoder_input_ids.device) + past_len
-        hidden = self.embed_tokens(decoder_input_ids) * self.embed_scale
-        hidden = hidden + self.embed_positions.weight[positions]
+        hidden = self.embedding(decoder_input_ids, positions)
         lowest = torch.finfo(hidden.dtype).min
         # New token i (at position past_len + i) sees cached and new tokens up to its own position.
         key_positions = torch.arange(past_len + new_len, device=decoder_input_ids.device)
@@ -160,20 +349,13 @@ class CachedDecoder(nn.Module):
 
         present = []
         for i, layer in enumerate(self.layers):
-            attention = layer.self_attn
             past_keys, past_values = (self_cache[2 * i + j].index_select(0, cache_rows) for j in (0, 1))
-            keys = torch.cat([past_keys, split_heads(attention.k_proj(hidden), self.head_dim)], dim=2)
-            values = torch.cat([past_values, split_heads(attention.v_proj(hidden), self.head_dim)], dim=2)
+            hidden, keys, values = layer(hidden, past_keys, past_values, self_bias, cross_cache[2 * i],
+                                         cross_cache[2 * i + 1], cross_bias)
             present += [keys, values]
-            hidden = layer.self_attn_layer_norm(
-                hidden + attend(attention, hidden, keys, values, self_bias, self.head_dim)
-            )
-            hidden = layer.encoder_attn_layer_norm(
-                hidden + attend_by_sentence(layer.encoder_attn, hidden, cross_cache[2 * i],
-                                            cross_cache[2 * i + 1], cross_bias, self.head_dim)
-            )
-            hidden = layer.final_layer_norm(hidden + layer.fc2(layer.activation_fn(layer.fc1(hidden))))
-        logits = torch.matmul(hidden, self.output_projection) + self.final_logits_bias
+        logits = torch.matmul(self.final_norm(hidden), self.output_projection)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias
         # The scores transformers' beam search uses: log-softmax over the whole vocabulary (<pad> included).
         # Ranked at every position and the last one's kept: a search step feeds one position, and picking it
         # out of the logits first would copy them (ONNX Gather) at every step.

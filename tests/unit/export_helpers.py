@@ -77,12 +77,15 @@ def one_torch_thread() -> Iterator[None]:
 
 def two_target_tokenizer(train_lines: list[str], out: Path, directions: Directions) -> Path:
     """A MarianTokenizer over a joint SentencePiece model with the directions' target tags as user-defined pieces,
-    in the Marian layout (</s> 0, <unk> 1, <pad> last), saved with languages.json into `out`."""
+    in the Marian layout (</s> 0, <unk> 1, <pad> last), saved with languages.json (the tokenize stage's layouts of a
+    scratch model) into `out`."""
     import io
     import json
 
     import sentencepiece as spm
     from transformers import MarianTokenizer
+
+    from stages.tokenize import scratch_languages
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(train_lines), model_writer=model, model_type="unigram",
@@ -99,7 +102,7 @@ def two_target_tokenizer(train_lines: list[str], out: Path, directions: Directio
                                 unk_token="<unk>", eos_token="</s>", pad_token="<pad>", model_max_length=1024)
     tokenizer.save_pretrained(out)
     spm_file.unlink()  # saved as source.spm and target.spm
-    directions.write(out)
+    scratch_languages(vocab, directions).write(out)
     return out
 
 

@@ -24,6 +24,7 @@ from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFa
 from pipeline.export_format import ExportManifest
 from pipeline.languages import Directions
 from pipeline.params import ParamsError, parse
+from pipeline.sequence_layout import ModelLanguages
 from pipeline.translate import OnnxSeq2Seq
 from stages import export
 from stages.export import gate, onnx_graphs, quiet, stage_inputs, wrappers
@@ -294,8 +295,8 @@ def test_export_dir_is_self_contained_with_tokenizer_config_and_manifest(exporte
     assert (paths.export / "generation_config.json").is_file()
 
     manifest = read_json(paths.export / "export.json")
-    assert manifest["version"] == 5
-    assert (manifest["directions"], manifest["target_tags"]) == (["en-de"], False)
+    assert manifest["version"] == 6
+    assert (manifest["family"], manifest["directions"], manifest["target_tags"]) == ("marian", ["en-de"], False)
     assert Directions.read(paths.export) == Directions.of(["en-de"])
     assert "languages.json" in manifest["model_files"]
     assert manifest["kv_cache"] is True
@@ -496,9 +497,9 @@ def test_a_direction_no_test_split_holds_is_checked_on_its_valid_pairs(make_two_
 
     paths = make_two_target_root()
     tokenizer = AutoTokenizer.from_pretrained(paths.final_model)
-    directions = Directions.of(TWO_TARGETS)
+    languages = ModelLanguages.read(paths.final_model)
     write_pair_parquet(paths.split_file(paths.clean, "test"), [("A dog.", "Ein Hund.")] * 3, "test.en", "en-de")
-    pairs = stage_inputs.parity_pairs(paths, directions, 2, tokenizer, 512)
+    pairs = stage_inputs.parity_pairs(paths, languages, 2, tokenizer, 512)
     assert {name: (p.split, len(p.sources)) for name, p in pairs.items()} == {"en-de": ("test", 2),
                                                                               "en-fr": ("valid", 2)}
     assert pairs["en-de"].references == ["Ein Hund.", "Ein Hund."]
@@ -508,25 +509,13 @@ def test_a_direction_no_test_split_holds_is_checked_on_its_valid_pairs(make_two_
 
     write_pair_parquet(paths.split_file(paths.clean, "valid"), [("A dog.", "Ein Hund.")], "val.en", "en-de")
     with pytest.raises(ParityFailed, match=r"no pairs of en-fr in .*data/clean \(test splits: test; nor in valid\)"):
-        stage_inputs.parity_pairs(paths, directions, 2, tokenizer, 512)
+        stage_inputs.parity_pairs(paths, languages, 2, tokenizer, 512)
 
 
-class NoTagsTokenizer:
-    unk_token_id = 1
-
-    def convert_tokens_to_ids(self, token: str) -> int:
-        return self.unk_token_id
-
-
-def test_a_model_without_its_directions_or_without_a_tag_token_is_refused_naming_the_file(tmp_path):
+def test_a_model_without_its_languages_is_refused_naming_the_file(tmp_path):
+    # (A languages file without layouts, or of another family: tests/unit/test_export_families.py.)
     with pytest.raises(PipelineError, match=r"languages\.json: not found .*\(`dvc repro tokenize train`\)"):
-        stage_inputs.model_directions(tmp_path, NoTagsTokenizer())
-    Directions.of(TWO_TARGETS).write(tmp_path)
-    with pytest.raises(PipelineError, match=r"the tokenizer has no >>de<< token, which the model's directions "
-                                            r"en-de, en-fr need"):
-        stage_inputs.model_directions(tmp_path, NoTagsTokenizer())
-    Directions.of(["en-de"]).write(tmp_path)  # one target: no tags needed
-    assert stage_inputs.model_directions(tmp_path, NoTagsTokenizer()).names == ["en-de"]
+        stage_inputs.model_languages(tmp_path)
 
 
 # --------------------------------------------------------------------------------------------------- switches
