@@ -2,8 +2,9 @@
 
 One direction of the model: its only one, or the one --tgt (and --src) names on a multilingual model; the test
 set's files of those two languages are the sources and references, and every path reads each source as the model
-was trained to (`>>fr<< ...` where the model's targets are tagged: generate and CTranslate2 get the tagged text,
-the Translator gets tgt=).
+was trained to and decodes after the direction's decoder prefix: generate and CTranslate2 frame the sources and
+start the translations by the direction's layout in the model's languages.json (a Marian `>>fr<<` tag, an mBART /
+M2M-100 / NLLB language code; pipeline/sequence_layout.py), the Translator by the export's copy (tgt=, src=).
 
 One trained model, beam 4, 2 threads for every path (torch.set_num_threads; the Translator's batches decoded at
 once, one ONNX Runtime thread each; CTranslate2 inter_threads x intra_threads). Each path translates the same
@@ -155,39 +156,55 @@ def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: 
 
 
 def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer: Any, args: argparse.Namespace,
-                     workdir: Path, tag: Callable[[str], str]) -> tuple[Callable, str]:
+                     workdir: Path) -> tuple[Callable, str]:
     """CTranslate2 on the export's directory (or a conversion of model_dir), with the manifest's length rule, on
-    the sources as tagged by `tag` (the tag is a source token: the converted model needs nothing else)."""
+    the sources in the direction's layout, decoding after its decoder prefix as the export's parity check does
+    (stages/export/ctranslate2_model.py: target_prefix, starts_itself)."""
     import ctranslate2
 
     from pipeline.decoding import output_limit
     from pipeline.export_format import CTRANSLATE2_DIR
-    from stages.export.ctranslate2_model import max_decoding_length
+    from pipeline.sequence_layout import ModelLanguages
+    from stages.export.ctranslate2_model import (
+        convert_ctranslate2,
+        max_decoding_length,
+        starts_itself,
+        target_prefix,
+    )
 
     ct2_dir = export_dir / CTRANSLATE2_DIR
     if ct2_dir.is_dir():
         quantization = manifest.parity.get("ctranslate2", {}).get("quantization", "?")
         source = f"{ct2_dir} ({quantization})"
     else:
-        from ctranslate2.converters import TransformersConverter
-
         ct2_dir = workdir / CTRANSLATE2_DIR
-        TransformersConverter(str(model_dir)).convert(str(ct2_dir), quantization=args.ct2_quantization)
+        # The export's converter: it states what a transformers 5 config no longer says (mBART's pre-norm layers).
+        convert_ctranslate2(model_dir, ct2_dir, args.ct2_quantization)
         source = f"converted from {model_dir} ({args.ct2_quantization})"
     # 2 x 1 threads beat 1 x 2 on two cores for small models: batches decode in parallel.
     inter, intra = (2, 1) if args.threads == 2 else (1, args.threads)
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=inter, intra_threads=intra)
     generation, max_positions = manifest.generation, manifest.dims.max_positions
+    layout = ModelLanguages.read(model_dir).layout(args.direction)
+    own_start = starts_itself(ct2_dir)
+    prefix = target_prefix(layout, tokenizer, own_start)
+    # The hypotheses begin with the prefix tokens CTranslate2 was given, but for the first when it has no start of
+    # its own (it decodes from that one); those count towards max_decoding_length (as greedy_ids counts them).
+    shown = len(prefix) if own_start else max(len(prefix) - 1, 0)
 
     def translate(sources: list[str]) -> list[str]:
-        tokens = [tokenizer.convert_ids_to_tokens(tokenizer(tag(s))["input_ids"]) for s in sources]
+        pieces = tokenizer(sources, add_special_tokens=False)["input_ids"]
+        tokens = [tokenizer.convert_ids_to_tokens(layout.source(p)) for p in pieces]
         # One limit per call (the longest source's).
         limit = output_limit(max(len(t) for t in tokens), generation.max_len_a, generation.max_len_b, max_positions)
+        options: dict[str, Any] = {"target_prefix": [prefix] * len(tokens)} if prefix else {}
         results = translator.translate_batch(
             tokens, beam_size=args.beam, max_batch_size=max(args.max_tokens // args.beam, 1), batch_type="tokens",
-            length_penalty=1.0, max_decoding_length=max_decoding_length(limit),
+            length_penalty=1.0, max_decoding_length=max_decoding_length(limit) + shown, **options,
         )
-        return [tokenizer.convert_tokens_to_string(r.hypotheses[0]) for r in results]
+        # Decoded as the evaluate stage decodes: special tokens (a language code the model wrote) dropped.
+        return [tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0][shown:]), skip_special_tokens=True)
+                for r in results]
 
     return translate, f"{source}, inter_threads {inter} x intra_threads {intra}"
 
@@ -300,9 +317,6 @@ def main() -> None:
     except UnknownDirection as err:
         sys.exit(f"{export_dir}: {err} (--tgt, --src)")
 
-    def tag(source: str) -> str:
-        return manifest.pairs.tagged(source, args.direction.tgt)
-
     sources = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.src}.gz", args.limit)
     refs = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.tgt}.gz", args.limit)
     generate, tokenizer = generate_path(args.model, manifest.generation, args)
@@ -328,7 +342,7 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as workdir:
             translate, notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer, args,
-                                                               Path(workdir), tag)
+                                                               Path(workdir))
             results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
     figures = report(results, args, len(sources), notes)
     figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)

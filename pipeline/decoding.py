@@ -18,9 +18,12 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SpecialIds:
-    """start: the decoder's first input (Marian: <pad>); eos: </s>; pad: padding, never emitted."""
+    """start: the decoder's first input (Marian: <pad>; mBART-50, M2M-100, NLLB: </s>), or None where the
+    directions start from different tokens (a v6 manifest of mBART-cc25 with several targets starts from the
+    target's code): then each direction's layout gives the start (pipeline.sequence_layout, decoder_prefix);
+    eos: </s>; pad: padding, never emitted."""
 
-    start: int
+    start: int | None
     eos: int
     pad: int
 

@@ -17,9 +17,8 @@ same dependency as before, so only the stages whose own params changed rerun.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path
 from pipeline.errors import PipelineError

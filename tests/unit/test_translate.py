@@ -111,13 +111,17 @@ def test_search_gives_the_same_hypotheses_as_transformers_generate(exported, tra
 
 def test_the_translator_gives_the_evaluate_stages_translations(exported, translator):
     from pipeline.params import EvaluateParams
+    from pipeline.sequence_layout import ModelLanguages
     from stages.evaluate import translate
 
     paths, _ = exported
     model, tokenizer = load_model(paths.final_model)
+    # The layout as evaluate reads it: from the trained model's languages.json, not the export's copy.
+    layout = ModelLanguages.read(paths.final_model).layout(translator.direction())
     # Sentences of different lengths in one batch: each has its own length limit in both.
     cfg = EvaluateParams(beam=4)
-    assert translator.translate(SENTENCES, beam=4) == translate(model, tokenizer, SENTENCES, cfg, progress_bar=False)
+    assert translator.translate(SENTENCES, beam=4) == translate(model, tokenizer, layout, SENTENCES, cfg,
+                                                                progress_bar=False)
 
 
 def test_each_decoding_step_feeds_one_token_per_row_against_a_cache_one_token_longer(translator):
@@ -240,7 +244,7 @@ def test_an_export_of_an_older_format_version_is_refused_with_export_it_again(ex
     # Version 3 wrote the length rule twice: in `generation` and in a `max_len` block.
     manifest.update(version=3, max_len={"a": generation["max_len_a"], "b": generation["max_len_b"]})
     (old / "export.json").write_text(json.dumps(manifest))
-    with pytest.raises(ExportDirError, match=r"export\.json is export format version 3, this code reads version 5: "
+    with pytest.raises(ExportDirError, match=r"export\.json is export format version 3, this code reads version 6: "
                                              r"export it again"):
         Translator(old)
 
