@@ -7,11 +7,13 @@ content once either way) and `README.md`. That directory is what goes to the Hug
 `huggingface-cli upload <repo> models/release`.
 
 The languages and directions come from params (data.directions); the scores from metrics/eval.json, one entry per
-test set and direction.
+test set and direction; a fine-tuned checkpoint's family, sizes and language codes from models/final.
 
 - metadata.py: the card's YAML metadata (language, license, tags, datasets, metrics, model-index with each test
   set's and direction's scores and signatures), from metrics/eval.json and params.
 - body.py: the card's text, from metrics/{eval,train,export,clean}.json, data/raw/manifest.json and params.
+- checkpoint.py: the fine-tuned checkpoint (model.init: pretrained): family, architecture, language codes, and how
+  its family is asked for a target language.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pipeline.errors import MissingArtifact
 from pipeline.params import Params
 from pipeline.run_figures import export_parity, read_evaluation, training_run
 from stages.card.body import CardInputs, card_body
+from stages.card.checkpoint import read_checkpoint
 from stages.card.metadata import card_metadata
 
 CARD_FILE = "README.md"
@@ -57,15 +60,17 @@ def read_inputs(params: Params, paths: Paths) -> CardInputs:
     assert training is not None and parity is not None and evaluation is not None  # the files exist
     return CardInputs(params=params, evaluation=evaluation, training=training, parity=parity,
                       manifest=read_json(paths.raw / "manifest.json"), clean=read_json(paths.metrics("clean")),
-                      model_config=read_json(paths.final_model / "config.json"))
+                      model_config=read_json(paths.final_model / "config.json"),
+                      checkpoint=read_checkpoint(paths.final_model) if params.model.init == "pretrained" else None)
 
 
 def card_text(card: CardInputs) -> str:
     """The whole README.md: YAML metadata between `---` lines, then the markdown."""
     import yaml
 
-    metadata = yaml.safe_dump(card_metadata(card.params, card.evaluation.scored, card.manifest), sort_keys=False,
-                              allow_unicode=True, width=1000)
+    metadata = yaml.safe_dump(card_metadata(card.params, card.evaluation.scored, card.manifest,
+                                            card.model_config.get("model_type", "marian")),
+                              sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{metadata}---\n\n{card_body(card)}"
 
 

@@ -6,18 +6,23 @@ rows per split from the download's manifest, rows the clean stage kept and why i
 same per direction when there are several); the model and the params that shaped it; how training went (time,
 hardware, stopping point); the export's parity with PyTorch; and how to use it with transformers, `mtpipe
 translate` and CTranslate2 (with the target's `>>de<<` tag and `--tgt` when the model has several targets).
+
+A fine-tuned checkpoint (model.init: pretrained) is described by its own config (family, sizes, tokenizer, language
+codes: stages/card/checkpoint.py), not by model.preset, and its usage asks for the target the family's way
+(mBART-50: src_lang and forced_bos_token_id; CTranslate2: the code as target prefix).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from pipeline.languages import Directions
 from pipeline.params import MACRO, Params
 from pipeline.run_figures import Evaluation, ExportParity, TrainingRun
+from stages.card.checkpoint import PretrainedCheckpoint
 from stages.card.metadata import direction_of, model_name
 
 
@@ -32,6 +37,7 @@ class CardInputs:
     manifest: dict[str, Any]  # data/raw/manifest.json
     clean: dict[str, Any]  # metrics/clean.json
     model_config: dict[str, Any]  # models/final/config.json
+    checkpoint: PretrainedCheckpoint | None  # the checkpoint fine-tuned (model.init: pretrained); None from scratch
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]], right: tuple[int, ...] = ()) -> list[str]:
@@ -121,20 +127,48 @@ def _tags(pairs: Directions) -> str:
     return f"; each source starts with its target's tag ({', '.join(pairs.tags)})" if pairs.target_tags else ""
 
 
-def model_section(card: CardInputs) -> list[str]:
-    p, config, run = card.params, card.model_config, card.training
+def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
+    """A model trained from scratch: the preset with its overrides, and the project's own SentencePiece model."""
+    p, config = card.params, card.model_config
     arch = p.model.architecture()
-    init = f"fine-tuned from `{p.model.name_or_path}`" if p.model.init == "pretrained" else "trained from scratch"
-    t = p.train
-    shaped = [
+    return [
         ("architecture", f"Marian transformer, preset `{p.model.preset}`: d_model {arch['d_model']}, "
                          f"{arch['encoder_layers']}+{arch['decoder_layers']} layers, {arch['attention_heads']} heads, "
                          f"FFN {arch['ffn_dim']}, dropout {arch['dropout']}"),
-        ("parameters", f"{run.parameters:,}" if run.parameters else "n/a"),
+        ("parameters", f"{card.training.parameters:,}" if card.training.parameters else "n/a"),
         ("vocabulary", f"{config.get('vocab_size')} pieces, SentencePiece {p.tokenize.model_type}"
                        f"{_shared_vocabulary(p) if p.tokenize.joint else ', one model per language'}"
                        f"{', embeddings tied to the output projection' if p.model.tie_embeddings else ''}"
                        f"{_tags(p.data.pairs)}"),
+    ]
+
+
+def _pretrained_rows(card: CardInputs, checkpoint: PretrainedCheckpoint) -> list[tuple[str, str]]:
+    """A fine-tuned checkpoint: its architecture and tokenizer as its config says (model.preset does not apply),
+    and what fine-tuning kept fixed."""
+    t = card.params.train
+    return [
+        ("architecture", checkpoint.architecture()),
+        ("parameters", f"{card.training.parameters:,}" if card.training.parameters else "n/a"),
+        ("vocabulary", checkpoint.vocabulary()),
+        ("fine-tuning", f"frozen: {', '.join(t.freeze) or 'nothing'}; gradient checkpointing "
+                        f"{'on' if t.gradient_checkpointing else 'off'}"),
+    ]
+
+
+def model_section(card: CardInputs) -> list[str]:
+    p, run, checkpoint = card.params, card.training, card.checkpoint
+    if checkpoint is None:
+        model_class, init, described = "MarianMTModel", "trained from scratch", _scratch_rows(card)
+    else:
+        name = p.model.name_or_path or ""
+        # A hub name as given; a local directory by its name, not by where it lay on the machine that ran this.
+        source = f"the local checkpoint `{_input_name(name)}`" if Path(name).exists() else f"`{name}`"
+        model_class, init = checkpoint.model_class, f"fine-tuned from {source}"
+        described = _pretrained_rows(card, checkpoint)
+    t = p.train
+    shaped = [
+        *described,
         ("optimisation", f"AdamW, lr {t.lr}, {t.warmup_steps} warmup steps (inverse sqrt), weight decay "
                          f"{t.weight_decay}, label smoothing {t.label_smoothing}, clip norm {t.clip_norm}"),
         ("batches", f"{t.max_tokens} tokens x update_freq {t.update_freq} x {run.processes} process(es), "
@@ -153,7 +187,7 @@ def model_section(card: CardInputs) -> list[str]:
                             f"{', means over the directions' if len(p.data.directions) > 1 else ''}"),
         ("weights", run.final_model),
     ]
-    return ["## Model and training", "", f"`MarianMTModel` {init} by mtpipe's train stage (a plain PyTorch loop).",
+    return ["## Model and training", "", f"`{model_class}` {init} by mtpipe's train stage (a plain PyTorch loop).",
             "", *_table(("", "params.yaml"), shaped), "", *_table(("", "this run"), figures)]
 
 
@@ -182,14 +216,60 @@ def _translate_command(card: CardInputs) -> str:
     return f"mtpipe translate --model models/export{choose} --beam {beam} < input.{first.src} > output.{first.tgt}"
 
 
+@dataclass(frozen=True)
+class TargetRequest:
+    """How the usage snippets ask the model for the first direction's target, the way its family does."""
+
+    text: str  # the source as the tokenizer is given it (a Marian multi-target model: the target's tag in front)
+    tokenizer_args: str = ""  # more AutoTokenizer.from_pretrained arguments (the family's src_lang)
+    generate_args: str = ""  # more generate arguments (the target's code forced, or decoding started from it)
+    ct2_args: str = ""  # more translate_batch arguments (the target's code as the target prefix)
+    comment: tuple[str, ...] = ()  # what the snippet's reader needs to know to ask for another target
+    added: str = "the tag is"  # what `mtpipe translate --tgt` adds for the user
+
+    @property
+    def ct2_drops_prefix(self) -> bool:
+        """CTranslate2 returns the target prefix in the hypothesis: the code is cut off before decoding."""
+        return bool(self.ct2_args)
+
+
+def target_request(card: CardInputs, sentence: str) -> TargetRequest:
+    pairs, checkpoint = card.params.data.pairs, card.checkpoint
+    first = pairs.directions[0]
+    targets = ", ".join(pairs.targets)
+    if checkpoint is None or not checkpoint.family.sets_languages:
+        # Marian, ours or OPUS-MT: the target's tag is text in front of the source. Ours has tags only with several
+        # targets; a multi-target OPUS-MT checkpoint needs its tag (languages.json's code) even for one.
+        if checkpoint is None:
+            tag = pairs.tags[0] if pairs.target_tags else None
+        else:
+            tag = checkpoint.codes.get(first.tgt)
+        if tag is None:
+            return TargetRequest(text=sentence)
+        return TargetRequest(text=f"{tag} {sentence}",
+                             comment=(f"# The leading {tag} asks for {first.tgt}; this model's targets: {targets}.",))
+    source, target = checkpoint.codes[first.src], checkpoint.codes[first.tgt]
+    argument = checkpoint.generate_argument()
+    started = (f"starts decoding from {target}" if argument == "decoder_start_token_id"
+               else f"forces {target} as the first token")
+    return TargetRequest(
+        text=sentence, added="the language codes are",
+        tokenizer_args=f", src_lang={json.dumps(checkpoint.src_lang(first.src))}",
+        generate_args=f", {argument}=tokenizer.convert_tokens_to_ids({json.dumps(target)})",
+        ct2_args=f", target_prefix=[[{json.dumps(target)}]]",
+        comment=(f"# src_lang marks the source as {first.src} ({source}); generate {started}, asking for "
+                 f"{first.tgt}. This model's codes: "
+                 f"{', '.join(f'{lang} {code}' for lang, code in checkpoint.codes.items())}; targets: {targets}.",),
+    )
+
+
 def usage_section(card: CardInputs) -> list[str]:
     pairs, beam = card.params.data.pairs, card.params.evaluate.beam
     first = pairs.directions[0]
-    sentence = "The weather is nice today." if first.src == "en" else "..."
+    ask = target_request(card, "The weather is nice today." if first.src == "en" else "...")
     # json.dumps: a Python string literal in double quotes, whatever the sentence holds.
-    example = json.dumps(pairs.tagged(sentence, first.tgt))
-    tag_note = ([f"# The leading {pairs.tags[0]} asks for {first.tgt}; this model's targets: "
-                 f"{', '.join(pairs.targets)}."] if pairs.target_tags else [])
+    example = json.dumps(ask.text)
+    best = "best[1:]" if ask.ct2_drops_prefix else "best"
     return [
         "## Use", "",
         "With transformers (its `translation` pipeline is gone in version 5: `generate` it is):", "",
@@ -197,14 +277,14 @@ def usage_section(card: CardInputs) -> list[str]:
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         "",
         'model = AutoModelForSeq2SeqLM.from_pretrained("models/release")',
-        'tokenizer = AutoTokenizer.from_pretrained("models/release")',
-        *tag_note,
+        f'tokenizer = AutoTokenizer.from_pretrained("models/release"{ask.tokenizer_args})',
+        *ask.comment,
         f'batch = tokenizer([{example}], return_tensors="pt", padding=True)',
-        f"out = model.generate(**batch, num_beams={beam}, max_new_tokens=256)",
+        f"out = model.generate(**batch{ask.generate_args}, num_beams={beam}, max_new_tokens=256)",
         "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
         "```", "",
         "With the ONNX export, on ONNX Runtime alone (no torch), one sentence a line"
-        f"{' (`--tgt` names the target language; the tag is added for you)' if pairs.target_tags else ''}:", "",
+        f"{f' (`--tgt` names the target language; {ask.added} added for you)' if pairs.target_tags else ''}:", "",
         "```bash",
         _translate_command(card),
         "```", "",
@@ -216,10 +296,10 @@ def usage_section(card: CardInputs) -> list[str]:
         "",
         "# ct2-transformers-converter --model models/release --output_dir ct2 --quantization int8",
         'translator = ctranslate2.Translator("ct2")',
-        'tokenizer = AutoTokenizer.from_pretrained("models/release")',
+        f'tokenizer = AutoTokenizer.from_pretrained("models/release"{ask.tokenizer_args})',
         f"source = tokenizer.convert_ids_to_tokens(tokenizer.encode({example}))",
-        f"best = translator.translate_batch([source], beam_size={beam})[0].hypotheses[0]",
-        "print(tokenizer.decode(tokenizer.convert_tokens_to_ids(best)))",
+        f"best = translator.translate_batch([source]{ask.ct2_args}, beam_size={beam})[0].hypotheses[0]",
+        f"print(tokenizer.decode(tokenizer.convert_tokens_to_ids({best})))",
         "```",
     ]
 

@@ -1,11 +1,11 @@
 """The model card's YAML metadata, in the Hugging Face format: what the Hub (and any registry that reads model
 cards) indexes and shows beside the model.
 
-`language` (every language of data.directions), `license`, `tags` (one per direction), `datasets`, `metrics`, and a
-`model-index` with one result per test set and direction: its language pair in `task.name` and in the dataset's
-name (and `config`: the WMT14 config, e.g. de-en, or else the direction), its sacreBLEU BLEU, chrF and TER, each
-with its signature (as the metric's `args`, so the score says how it was computed). The values are
-metrics/eval.json's, unrounded further.
+`language` (every language of data.directions), `license`, `tags` (the architecture's model_type, and one per
+direction), `base_model` (a fine-tuned hub checkpoint), `datasets`, `metrics`, and a `model-index` with one result
+per test set and direction: its language pair in `task.name` and in the dataset's name (and `config`: the WMT14
+config, e.g. de-en, or else the direction), its sacreBLEU BLEU, chrF and TER, each with its signature (as the
+metric's `args`, so the score says how it was computed). The values are metrics/eval.json's, unrounded further.
 """
 
 from __future__ import annotations
@@ -66,15 +66,17 @@ def _result(scored: ScoredTestSet, params: Params, manifest: dict[str, Any]) -> 
             "metrics": metrics}
 
 
-def card_metadata(params: Params, scored: list[ScoredTestSet], manifest: dict[str, Any]) -> dict[str, Any]:
-    """The metadata mapping (written as the card's YAML front matter)."""
+def card_metadata(params: Params, scored: list[ScoredTestSet], manifest: dict[str, Any],
+                  model_type: str) -> dict[str, Any]:
+    """The metadata mapping (written as the card's YAML front matter); `model_type` (config.json's: marian, mbart,
+    m2m_100) is the architecture's tag, as the Hub tags checkpoints."""
     pairs = params.data.pairs
     metadata: dict[str, Any] = {
         "language": pairs.languages,
         "license": params.card.license,
         "library_name": "transformers",
         "pipeline_tag": "translation",
-        "tags": ["translation", "marian", "mtpipe", *pairs.names],
+        "tags": ["translation", model_type, "mtpipe", *pairs.names],
         "datasets": datasets(params, manifest),
         "metrics": [metric_id for _, metric_id, _ in METRICS],
     }
