@@ -78,6 +78,7 @@ def test_download_keeps_every_row_with_its_origin(project):
 def test_trained_model_beats_the_untrained_one_by_5_bleu(project):
     from pipeline.corpus import read_pairs
     from pipeline.params import load
+    from pipeline.sequence_layout import ModelLanguages
     from stages.evaluate import score, translate
     from stages.train.model import build_model
 
@@ -89,7 +90,8 @@ def test_trained_model_beats_the_untrained_one_by_5_bleu(project):
 
     tokenizer = AutoTokenizer.from_pretrained(project / "models/final")
     sources, refs = read_pairs(project / "data/clean/test_2016_flickr.parquet")
-    baseline = score(translate(untrained, tokenizer, sources, params.evaluate), refs)
+    layout = ModelLanguages.read(project / "models/final").layout("en-de")
+    baseline = score(translate(untrained, tokenizer, layout, sources, params.evaluate), refs)
     print(f"trained BLEU {trained['bleu']:.2f} vs untrained {baseline['bleu']:.2f}")
     assert trained["bleu"] >= baseline["bleu"] + 5
 
