@@ -24,11 +24,12 @@ standard library until a tokenizer is built (then sentencepiece or tokenizers, t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
+
+from pipeline.export_format import ExportDirError, read_export_json
 
 SPIECE_UNDERLINE = "\u2581"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -77,12 +78,11 @@ def text_pieces(model_dir: str | Path, family: str, skip_ids: Iterable[int] = ()
 
 
 def read_json(path: Path) -> Any:
+    """A tokenizer's JSON file (the export format's reader), its errors as TokenizerFilesError naming the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TokenizerFilesError(f"{path} not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise TokenizerFilesError(f"{path}: not valid JSON ({err})") from None
+        return read_export_json(path)
+    except ExportDirError as err:
+        raise TokenizerFilesError(str(err)) from None
 
 
 def token_text(token: Any) -> str:

@@ -163,13 +163,17 @@ class M2M100Embedding(nn.Module):
 # --------------------------------------------------------------------------------------------------- layers
 
 
-class PostNormLayer(nn.Module):
-    """A Marian decoder layer: each sub-layer's residual sum, then its layer norm."""
+class DecoderLayer(nn.Module):
+    """One of the model's decoder layers, run over plain tensors; its subclasses order the norms."""
 
     def __init__(self, layer: Any, head_dim: int):
         super().__init__()
         self.layer = layer
         self.head_dim = head_dim
+
+
+class PostNormLayer(DecoderLayer):
+    """A Marian decoder layer: each sub-layer's residual sum, then its layer norm."""
 
     def forward(self, hidden: Any, past_keys: Any, past_values: Any, self_bias: Any, cross_keys: Any,
                 cross_values: Any, cross_bias: Any) -> tuple[Any, Any, Any]:
@@ -184,13 +188,8 @@ class PostNormLayer(nn.Module):
         return hidden, keys, values
 
 
-class PreNormLayer(nn.Module):
+class PreNormLayer(DecoderLayer):
     """An mBART or M2M-100 decoder layer: each sub-layer reads its layer norm's output and adds to the residual."""
-
-    def __init__(self, layer: Any, head_dim: int):
-        super().__init__()
-        self.layer = layer
-        self.head_dim = head_dim
 
     def forward(self, hidden: Any, past_keys: Any, past_values: Any, self_bias: Any, cross_keys: Any,
                 cross_values: Any, cross_bias: Any) -> tuple[Any, Any, Any]:
