@@ -73,6 +73,20 @@ def write_clean_splits(root: Path, sizes: dict[str, int], directions: tuple[str,
     return out
 
 
+def write_interleaved_splits(root: Path, sizes: dict[str, int], directions: tuple[str, ...]) -> Path:
+    """write_clean_splits with every split's rows shuffled (seeded), so that a batch mixes the directions row by
+    row and what a stage writes must come back in row order."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    clean = write_clean_splits(root, sizes, directions)
+    rng = np.random.default_rng(5)
+    for split in sizes:
+        table = pq.read_table(clean / f"{split}.parquet")
+        pq.write_table(table.take(rng.permutation(len(table))), clean / f"{split}.parquet")
+    return clean
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """An untrained tiny Marian model with the project's tokenizer, saved as `models/final` would be."""

@@ -10,7 +10,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,7 +20,7 @@ from pipeline.params import parse
 from pipeline.sequence_layout import ModelLanguages
 from pipeline.token_arrays import TokenArray, read_row_directions
 from stages import tokenize
-from tests.conftest import write_clean_splits
+from tests.conftest import write_interleaved_splits
 
 TWO = ("en-de", "en-fr")
 SIZES = {"train": 120, "valid": 40, "test": 40}
@@ -63,11 +62,7 @@ def params_for(checkpoint: Path | str, directions: tuple[str, ...] = TWO, **mode
 def interleaved_corpus(root: Path, directions: tuple[str, ...]) -> Path:
     """data/clean of `directions` with every split's rows shuffled (seeded), so a batch mixes the directions row
     by row and the ids must come back in row order."""
-    clean = write_clean_splits(root, SIZES, directions)
-    rng = np.random.default_rng(5)
-    for split in SIZES:
-        table = pq.read_table(clean / f"{split}.parquet")
-        pq.write_table(table.take(rng.permutation(len(table))), clean / f"{split}.parquet")
+    write_interleaved_splits(root, SIZES, directions)
     return root
 
 

@@ -25,7 +25,7 @@ from pipeline.token_arrays import TokenArray, TokenArrayWriter
 from stages import tokenize, train
 from stages.train.batching import IGNORE_INDEX, Collator
 from stages.train.data import load_data
-from tests.conftest import write_clean_splits
+from tests.conftest import write_interleaved_splits
 
 TWO = ("en-de", "en-fr")
 SIZES = {"train": 160, "valid": 24, "test": 8}
@@ -48,11 +48,7 @@ def params_for(checkpoint: Path, directions: tuple[str, ...], **train_settings) 
 def interleaved_corpus(root: Path, directions: tuple[str, ...]) -> Path:
     """data/clean of `directions` (Multi30k) with the rows of every split shuffled (seeded), so that a batch holds
     rows of every direction in no order."""
-    clean = write_clean_splits(root, SIZES, directions)
-    rng = np.random.default_rng(5)
-    for split in SIZES:
-        table = pq.read_table(clean / f"{split}.parquet")
-        pq.write_table(table.take(rng.permutation(len(table))), clean / f"{split}.parquet")
+    write_interleaved_splits(root, SIZES, directions)
     return root
 
 
