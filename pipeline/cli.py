@@ -79,7 +79,10 @@ def summary(paths: Paths) -> str:
         ("release: model + model card README.md", paths.release),
         ("metrics", paths.root / "metrics"),
     ]
-    lines = [*score_lines(paths), *_run_lines(paths), "Pages (open in a browser; they load nothing from the network):"]
+    run = training_run(paths)
+    warning = [f"WARNING: {run.cut_short}"] if run is not None and run.cut_short else []
+    lines = [*warning, *score_lines(paths), *_run_lines(paths),
+             "Pages (open in a browser; they load nothing from the network):"]
     for label, path, hint in pages:
         lines.append(f"  {label:<38} {path}{'' if path.exists() else f'  (missing{hint})'}")
     lines.append("Artifacts:")

@@ -340,10 +340,12 @@ class ModelParams(_Section):
 class TrainParams(_Section):
     # The defaults of the schedule and the batch are the embedded sample's, chosen on its valid split (params.yaml
     # says so too); configs/ holds complete files for real corpora and GPUs.
-    # Limits: training stops at whichever comes first. max_minutes counts training time across resumes.
+    # Limits: training stops at whichever comes first. max_steps is the one that makes a run repeatable; a time
+    # limit makes the result depend on the machine's speed, so it is off unless set (it counts training time across
+    # resumes, and a run it stops says so in the summary, the evaluation page and the model card).
     max_steps: int = Field(1200, ge=1)  # optimizer updates (a skipped non-finite update does not count)
     max_epochs: int | None = Field(None, ge=1)
-    max_minutes: float | None = Field(5, gt=0)  # a safety net on the sample; null: no time limit
+    max_minutes: float | None = Field(None, gt=0)
     lr: float = Field(3e-3, gt=0, le=1.0)
     warmup_steps: int = Field(200, ge=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -362,7 +364,7 @@ class TrainParams(_Section):
     threads: int | None = Field(None, ge=1)
     seed: int = Field(1, ge=0)
     log_every: int = Field(10, ge=1)
-    valid_every: int = Field(250, ge=1)
+    valid_every: int = Field(100, ge=1)
     # Greedy-decoded BLEU on a seeded sample of this many valid pairs per direction at every validation (0 switches
     # it off). With several directions, valid loss and BLEU are each direction's and their mean.
     valid_bleu_sentences: int = Field(100, ge=0)

@@ -60,6 +60,19 @@ class TrainingRun:
     best_valid_bleu: float | None
     final_model: str | None
     device_name: str | None = None  # the accelerator's model, when the train stage records it
+    max_steps: int | None = None  # the planned updates (train.max_steps)
+    max_minutes: float | None = None  # the time limit, when one was set (train.max_minutes)
+
+    @property
+    def cut_short(self) -> str | None:
+        """One sentence when the time limit, not the plan, ended training (the figures are then of a model trained
+        for fewer steps than planned, and depend on the machine's speed); None otherwise."""
+        if self.stop_reason != "max_minutes":
+            return None
+        planned = f" of the {self.max_steps} planned" if self.max_steps is not None else ""
+        limit = f" ({self.max_minutes:g} min)" if self.max_minutes is not None else ""
+        return (f"Training was cut short by train.max_minutes{limit} after {self.steps}{planned} steps: these figures "
+                "are of a partly trained model, and a faster machine would have trained further.")
 
     @property
     def hardware(self) -> str:
@@ -136,7 +149,8 @@ def training_run(paths: Paths) -> TrainingRun | None:
         parameters=m.get("parameters"), processes=m.get("processes", 1), device=m.get("device", "?"),
         precision=m.get("precision"), tgt_tokens_per_s=m.get("tgt_tokens_per_s"),
         best_valid_loss=m.get("best_valid_loss"), best_valid_bleu=m.get("best_valid_bleu"),
-        final_model=m.get("final_model"), device_name=m.get("device_name"),
+        final_model=m.get("final_model"), device_name=m.get("device_name"), max_steps=m.get("max_steps"),
+        max_minutes=m.get("max_minutes"),
     )
 
 

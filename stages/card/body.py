@@ -315,7 +315,8 @@ def card_body(card: CardInputs) -> str:
     headline = [f"{s.label} BLEU {s.bleu:.2f} / chrF {s.chrf:.2f}" for s in scored]
     if len(scored) > 1 and macro:
         headline.append(f"{MACRO} BLEU {macro['bleu']:.2f} / chrF {macro['chrf']:.2f}")
-    lines = [f"# {model_name(card.params)}", "",
+    warning = card.training.cut_short
+    lines = [f"# {model_name(card.params)}", "", *([f"> **Warning:** {warning}", ""] if warning else []),
              f"Translates {_translates(card.params.data.pairs)}. {', '.join(headline)}.", "",
              "Everything on this card was written by the pipeline's card stage from the run's own metrics and "
              "params (`dvc repro` rewrites it).", ""]

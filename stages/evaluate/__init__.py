@@ -42,6 +42,7 @@ from pipeline.decoding import one_line, output_limit, pad_batch, token_batches
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.languages import Direction, Directions
 from pipeline.params import MACRO, EvaluateParams, Params
+from pipeline.run_figures import training_run
 from pipeline.sequence_layout import DirectionLayout, ModelLanguages
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
@@ -186,6 +187,12 @@ def evaluate_direction(model: Any, tokenizer: Any, layout: DirectionLayout, test
     return result
 
 
+def training_cut_short(paths: Paths) -> str | None:
+    """The sentence that opens the reports when a time limit ended training before its planned steps."""
+    run = training_run(paths)
+    return run.cut_short if run is not None else None
+
+
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     if not (paths.final_model / "config.json").exists():
         raise MissingArtifact(paths.final_model, "train")
@@ -205,8 +212,9 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
                 write_sentence_table(out / f"{result.name}.sentences.tsv", result.sentences)
                 results.append(result)
         metrics = eval_json(results)
-        (out / "report.md").write_text(markdown_report(results, params.evaluate), encoding="utf-8")
-        (out / "index.html").write_text(html_report(results, params.evaluate), encoding="utf-8")
+        warning = training_cut_short(paths)
+        (out / "report.md").write_text(markdown_report(results, params.evaluate, warning), encoding="utf-8")
+        (out / "index.html").write_text(html_report(results, params.evaluate, warning), encoding="utf-8")
     write_json(paths.metrics("eval"), metrics)
     return {**{f"{r.name}.bleu": r.scores["bleu"] for r in results},
             **{f"{MACRO}.{key}": value for key, value in metrics.get(MACRO, {}).items()}}

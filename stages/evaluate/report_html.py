@@ -25,6 +25,10 @@ h3 { font-size: 1rem; margin: 1.2rem 0 .4rem; }
 section { background: #fff; border: 1px solid #d1d9e0; border-radius: 8px; padding: 1rem 1.2rem; margin: 1rem 0; }
 table { border-collapse: collapse; width: 100%; font-size: .9rem; }
 th, td { text-align: left; padding: .35rem .5rem; border-bottom: 1px solid #e6eaef; vertical-align: top; }
+/* Sentence tables: fixed columns, so a long hypothesis wraps inside its cell instead of widening the table. */
+table.sentences { table-layout: fixed; } table.sentences td { overflow-wrap: anywhere; }
+table.sentences col.line-number { width: 4rem; } table.sentences col.sentence-bleu { width: 4.5rem; }
+.warning { background: #fff8c5; border: 1px solid #d4a72c; border-radius: 8px; padding: .6rem 1rem; }
 th { color: #59636e; font-weight: 600; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .tiles { display: flex; gap: .8rem; flex-wrap: wrap; margin-bottom: .6rem; }
 .tile { border: 1px solid #d1d9e0; border-radius: 8px; padding: .5rem .9rem; min-width: 7.5rem; }
@@ -71,10 +75,11 @@ def _summary_table(results: list[DirectionResult]) -> str:
 
 
 def _sentence_table(rows: list[ScoredSentence]) -> str:
+    columns = '<colgroup><col class="line-number"><col class="sentence-bleu"><col><col><col></colgroup>'
     head = "<tr><th class=num>line</th><th class=num>BLEU</th><th>source</th><th>reference</th><th>hypothesis</th></tr>"
     body = [f"<tr><td class=num>{r.line}</td><td class=num>{_bleu_badge(r.sentence_bleu)}</td>"
             f"<td>{escape(r.src)}</td><td>{escape(r.ref)}</td><td>{escape(r.hyp)}</td></tr>" for r in rows]
-    return f"<table>{head}{''.join(body)}</table>"
+    return f'<table class="sentences">{columns}{head}{"".join(body)}</table>'
 
 
 def _direction_section(result: DirectionResult, cfg: EvaluateParams) -> str:
@@ -102,7 +107,8 @@ def _direction_section(result: DirectionResult, cfg: EvaluateParams) -> str:
     return "\n".join(parts)
 
 
-def html_report(results: list[DirectionResult], cfg: EvaluateParams) -> str:
+def html_report(results: list[DirectionResult], cfg: EvaluateParams, warning: str | None = None) -> str:
+    """The page; `warning` (training cut short by its time limit) opens it, above the scores."""
     settings = (f"Beam {cfg.beam}, length penalty {cfg.length_penalty}, at most {cfg.max_len_a} x source + "
                 f"{cfg.max_len_b} tokens. sacreBLEU on detokenized, cased text; the length ratio is hypothesis over "
                 "reference length in BLEU's tokens (below 1, BLEU's brevity penalty applies).")
@@ -113,6 +119,7 @@ def html_report(results: list[DirectionResult], cfg: EvaluateParams) -> str:
         # No favicon to fetch: the page loads nothing at all.
         '<link rel="icon" href="data:,">',
         f"<style>{STYLE}</style>", "</head>", "<body><main>", "<h1>Evaluation</h1>",
+        f'<p class="warning"><strong>{escape(warning)}</strong></p>' if warning else "",
         f'<p class="note">{escape(settings)}</p>',
         f"<section><h2>Scores</h2>{_summary_table(results)}</section>" if results else "",
         *sections, "</main></body>", "</html>", "",

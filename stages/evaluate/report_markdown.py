@@ -40,10 +40,11 @@ def _score_rows(results: list[DirectionResult]) -> list[str]:
     return lines
 
 
-def markdown_report(results: list[DirectionResult], cfg: EvaluateParams) -> str:
+def markdown_report(results: list[DirectionResult], cfg: EvaluateParams, warning: str | None = None) -> str:
     lines = [
         "# Evaluation",
         "",
+        *([f"**{warning}**", ""] if warning else []),
         f"Beam {cfg.beam}, length penalty {cfg.length_penalty}, maximum length {cfg.max_len_a} x source + "
         f"{cfg.max_len_b} tokens. Scores are cased, on detokenized text; the length ratio is hypothesis over "
         "reference length in BLEU's tokens.",

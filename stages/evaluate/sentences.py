@@ -43,7 +43,10 @@ def write_sentence_table(path: Path, rows: list[ScoredSentence]) -> None:
 
 
 def best_and_worst(rows: list[ScoredSentence], n: int) -> tuple[list[ScoredSentence], list[ScoredSentence]]:
-    """The n highest and n lowest by sentence BLEU; ties go to the earlier line, so the report is stable."""
-    best = sorted(rows, key=lambda r: (-r.sentence_bleu, r.line))[:n]
-    worst = sorted(rows, key=lambda r: (r.sentence_bleu, r.line))[:n]
+    """The n highest and the n lowest by sentence BLEU, never one sentence in both (with fewer than 2n rows the
+    better half are the best); ties go to the earlier line, so the report is stable, and when every sentence scores
+    the same the two lists are still different sentences."""
+    ranked = sorted(rows, key=lambda r: (-r.sentence_bleu, r.line))
+    best = ranked[: min(n, (len(ranked) + 1) // 2)]
+    worst = sorted(ranked[len(best):], key=lambda r: (r.sentence_bleu, r.line))[:n]
     return best, worst

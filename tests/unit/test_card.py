@@ -144,6 +144,23 @@ def test_the_cards_transformers_snippet_translates_with_the_release(released):
     assert out.stdout.startswith("['")  # one decoded sentence (the model is untrained: any text)
 
 
+def test_a_run_cut_short_by_its_time_limit_is_said_first_on_the_card(tiny_model_dir, tmp_path):
+    paths = project(tmp_path, tiny_model_dir)
+    write_json(paths.metrics("train"), {**TRAIN, "steps": 170, "stop_reason": "max_minutes", "max_steps": 1200,
+                                        "max_minutes": 5})
+    card.run(parse({}), paths)
+    _, body = front_matter(paths.release / "README.md")
+    first = [line for line in body.splitlines() if line][:2]
+    assert first[1].startswith("> **Warning:** Training was cut short by train.max_minutes (5 min) after 170 of the "
+                               "1200 planned steps")
+
+
+
+def test_a_run_that_reached_its_planned_steps_has_no_warning_on_its_card(released):
+    paths, _ = released
+    assert "Warning" not in front_matter(paths.release / "README.md")[1]
+
+
 def test_wmt14_data_names_its_dataset_and_revision(tiny_model_dir, tmp_path):
     manifest = {**MANIFEST, "source": "wmt14", "dataset": "wmt/wmt14", "revision": "b199e40"}
     paths = project(tmp_path, tiny_model_dir, manifest)

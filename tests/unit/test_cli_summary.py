@@ -36,6 +36,19 @@ def test_summary_gives_scores_signatures_training_export_and_pages(tmp_path):
     assert f"{paths.root / 'models' / 'release'}  (missing)" in text
 
 
+def test_summary_opens_with_a_warning_when_a_time_limit_cut_training_short(tmp_path):
+    paths = Paths(tmp_path)
+    for name, content in (("eval", EVAL), ("export", EXPORT),
+                          ("train", {**TRAIN, "steps": 170, "stop_reason": "max_minutes", "max_steps": 1200,
+                                     "max_minutes": 5})):
+        write_json(paths.metrics(name), content)
+    assert summary(paths).splitlines()[0] == (
+        "WARNING: Training was cut short by train.max_minutes (5 min) after 170 of the 1200 planned steps: these "
+        "figures are of a partly trained model, and a faster machine would have trained further.")
+    write_json(paths.metrics("train"), TRAIN)
+    assert "WARNING" not in summary(paths)
+
+
 def test_summary_gives_every_direction_of_every_test_set_and_their_macro_average(tmp_path):
     paths = Paths(tmp_path)
     write_json(paths.metrics("eval"), EVAL_MULTI)

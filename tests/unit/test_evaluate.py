@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from pipeline.artifacts import Paths, read_json
 from pipeline.corpus import read_pairs_by_direction
 from pipeline.errors import MissingArtifact, PipelineError
 from pipeline.languages import LANGUAGES_FILE, Directions
+from pipeline.page_check import check_page, find_chromium
 from pipeline.params import MACRO, parse
 from pipeline.sequence_layout import ModelLanguages
 from stages import evaluate
@@ -272,7 +274,9 @@ def test_the_reports_list_scores_and_best_and_worst_sentences_per_direction(eval
             assert f'<section id="{split}.{direction}"><h2>{split}, {direction}</h2>' in html
             assert f'href="#{split}.{direction}"' in html and f'href="{split}.{direction}.sentences.tsv"' in html
     assert f"| macro | mean of 3 | | {metrics[MACRO]['bleu']:.2f} | {metrics[MACRO]['chrf']:.2f} |" in report
-    assert report.count("Best 3 by sentence BLEU") == html.count("Best 3 by sentence BLEU") == 3
+    # Best and worst are up to 3 each and never share a sentence: a direction of 4 sentences lists 2 and 2.
+    best = re.compile(r"Best [23] by sentence BLEU")
+    assert len(best.findall(report)) == len(best.findall(html)) == 3
     assert html.count('<svg class="length-plot"') == 3 and html.count('<circle class="dot"') == 16
     assert page_references(paths.eval_dir / "index.html") == []
 
@@ -414,3 +418,38 @@ def test_the_length_plot_places_a_dot_per_sentence_within_the_axes():
     assert len(dots) == 200
     assert all(52 <= float(x) <= 720 - 16 and 14 <= float(y) <= 280 - 44 for x, y in dots)
     assert length_plot_svg([], "t") == ""
+
+
+def test_best_and_worst_never_list_one_sentence_twice_even_when_every_sentence_scores_the_same():
+    rows = [evaluate.ScoredSentence(i, "s", "r", "h", 0.0) for i in range(1, 8)]
+    best, worst = evaluate.best_and_worst(rows, 5)
+    assert [r.line for r in best] == [1, 2, 3, 4] and [r.line for r in worst] == [5, 6, 7]
+    many = [evaluate.ScoredSentence(i, "s", "r", "h", float(i % 3)) for i in range(1, 21)]
+    best, worst = evaluate.best_and_worst(many, 5)
+    assert len(best) == len(worst) == 5 and not {r.line for r in best} & {r.line for r in worst}
+
+
+def test_a_report_of_a_run_cut_short_by_its_time_limit_says_so_before_the_scores():
+    rows = evaluate.score_sentences(["a"], ["b"], ["b"])
+    result = DirectionResult("t", "en-de", {**evaluate.score(["b"], ["b"]), "sentences": 1}, rows)
+    warning = "Training was cut short by train.max_minutes (5 min) after 170 of the 1200 planned steps"
+    html = html_report([result], parse({}).evaluate, warning)
+    assert html.index(warning) < html.index("<h2>Scores</h2>")
+    report = markdown_report([result], parse({}).evaluate, warning).splitlines()
+    assert report[2] == f"**{warning}**"
+    assert warning not in html_report([result], parse({}).evaluate)
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="needs Chromium (Debian: apt-get install chromium)")
+def test_a_300_character_hypothesis_wraps_inside_its_cell_and_the_columns_stay_readable(tmp_path):
+    long_hyp = " ".join(["Ein sehr langer Satz mit vielen Wörtern"] * 8)[:300]
+    refs = ["Ein Mann in einem blauen Hemd fährt Fahrrad ."] * 6
+    rows = evaluate.score_sentences(["A man in a blue shirt rides a bike ."] * 6, refs, [long_hyp] * 6)
+    result = DirectionResult("t", "en-de", {**evaluate.score([long_hyp] * 6, refs), "sentences": 6}, rows)
+    page = tmp_path / "index.html"
+    page.write_text(html_report([result], parse({}).evaluate), encoding="utf-8")
+    # Holds only when every sentence table fits its card and no text column is squeezed to a word per line.
+    fits = ("[...document.querySelectorAll('table.sentences')].every(t => t.scrollWidth <= t.parentElement.clientWidth"
+            " && [...t.rows[1].cells].slice(2).every(c => c.getBoundingClientRect().width > 200))")
+    check = check_page(page, ready_expression=fits, timeout_s=10)
+    assert check.problems == []
