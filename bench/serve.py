@@ -4,7 +4,10 @@
              (token-budget batches, 2 at once, one ONNX Runtime thread each: `mtpipe translate`), and each sentence
              on its own (one thread, as a service worker decodes a batch) for the single-sentence decode time
     service  `mtpipe serve` in a child process on 127.0.0.1 (a free port), called by N concurrent clients in this
-             process (threads, one keep-alive connection each), one sentence per request, for N in --clients
+             process, one sentence per request, for N in --clients, through each client of --via:
+               json              plain JSON over one keep-alive connection per client thread
+               libretranslatepy  LibreTranslate's own Python client, unchanged (a form-encoded POST on a new
+                                 connection per request, as its users send them)
 
 Per client count: sentences/s, latency p50/p95/p99, errors (any answer but 200, or a failed connection), and the
 share of the service's translations identical to the direct ones (fp32: all, as a line's translation does not
@@ -98,8 +101,9 @@ def direct_figures(args: argparse.Namespace, lines: list[str], beam: int) -> tup
 class ClientRun:
     """N client threads sending one sentence per request until `requests` were sent or `time_limit_s` passed."""
 
-    def __init__(self, url: str, lines: list[str], languages: tuple[str, str], requests: int, time_limit_s: float):
-        self.url, self.lines, self.languages = urlsplit(url), lines, languages
+    def __init__(self, url: str, lines: list[str], languages: tuple[str, str], requests: int, time_limit_s: float,
+                 via: str = "json"):
+        self.base_url, self.url, self.lines, self.languages, self.via = url, urlsplit(url), lines, languages, via
         self.requests, self.time_limit_s = requests, time_limit_s
         self.next_index = 0
         self.lock = threading.Lock()
@@ -116,6 +120,9 @@ class ClientRun:
             return self.next_index - 1
 
     def client(self) -> None:
+        if self.via == "libretranslatepy":
+            self.libretranslatepy_client()
+            return
         connection = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=120)
         source, target = self.languages
         while (index := self.take()) is not None:
@@ -141,6 +148,30 @@ class ClientRun:
                     self.errors.append(f"{response.status}: {answer[:200]!r}")
         connection.close()
 
+    def libretranslatepy_client(self) -> None:
+        import urllib.error
+
+        from libretranslatepy import LibreTranslateAPI
+
+        api = LibreTranslateAPI(self.base_url)
+        source, target = self.languages
+        while (index := self.take()) is not None:
+            started = time.perf_counter()
+            try:
+                text = api.translate(self.lines[index % len(self.lines)], source, target, timeout=120)
+            except urllib.error.HTTPError as err:
+                with self.lock:
+                    self.errors.append(f"{err.code}: {err.read()[:200]!r}")
+                continue
+            except OSError as err:
+                with self.lock:
+                    self.errors.append(f"{type(err).__name__}: {err}")
+                continue
+            elapsed = time.perf_counter() - started
+            with self.lock:
+                self.latencies.append(elapsed)
+                self.translations[index] = text
+
     def run(self, clients: int) -> dict[str, Any]:
         threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
         started = time.monotonic()
@@ -155,26 +186,30 @@ class ClientRun:
                 "sentences_per_s": len(self.latencies) / seconds, "latency_ms": percentiles_ms(self.latencies)}
 
 
-def service_figures(args: argparse.Namespace, lines: list[str], direct: list[str]) -> dict[int, dict[str, Any]]:
+def service_figures(args: argparse.Namespace, lines: list[str], direct: list[str]
+                    ) -> dict[str, dict[int, dict[str, Any]]]:
+    """Per client (--via) and client count, the figures of one run of ClientRun."""
     flags = ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms),
              "--max-batch-tokens", str(args.max_batch_tokens), *(["--int8"] if args.int8 else [])]
-    figures = {}
+    figures: dict[str, dict[int, dict[str, Any]]] = {}
     with ServiceProcess(args.export, *flags) as service:
         languages = (args.direction.src, args.direction.tgt)
         ClientRun(service.url, lines, languages, WARMUP_REQUESTS, 30).run(2)
-        for clients in args.clients:
-            print(f"service, {clients} clients ...", file=sys.stderr, flush=True)
-            run = ClientRun(service.url, lines, languages, args.requests or len(lines), args.time_limit_s)
-            figures[clients] = run.run(clients)
-            same = [text == direct[i % len(direct)] for i, text in run.translations.items()]
-            figures[clients]["identical_share"] = sum(same) / len(same) if same else float("nan")
+        for via in args.via:
+            figures[via] = {}
+            for clients in args.clients:
+                print(f"service through {via}, {clients} clients ...", file=sys.stderr, flush=True)
+                run = ClientRun(service.url, lines, languages, args.requests or len(lines), args.time_limit_s, via)
+                result = figures[via][clients] = run.run(clients)
+                same = [text == direct[i % len(direct)] for i, text in run.translations.items()]
+                result["identical_share"] = sum(same) / len(same) if same else float("nan")
     return figures
 
 
 # --------------------------------------------------------------------------------------------------- report
 
 
-def report(args: argparse.Namespace, direct: dict[str, Any], service: dict[int, dict[str, Any]]) -> dict:
+def report(args: argparse.Namespace, direct: dict[str, Any], by_client: dict[str, dict[int, dict[str, Any]]]) -> dict:
     single = direct["single_sentence_ms"]
     print(f"\n{args.test_src.name} ({args.direction}): {direct['sentences']} sentences, beam {args.beam_used}, "
           f"{'int8' if args.int8 else 'fp32'}, {args.workers} workers, max wait {args.max_wait_ms:g} ms, "
@@ -182,18 +217,21 @@ def report(args: argparse.Namespace, direct: dict[str, Any], service: dict[int, 
     print(f"direct, whole corpus: {direct['sentences_per_s']:.1f} sentences/s ({direct['seconds']:.2f} s); "
           f"one sentence at a time: p50 {single['p50']:.1f} ms, p99 {single['p99']:.1f} ms "
           f"({direct['single_sentences']} sentences)")
-    header = (f"{'clients':>7} {'requests':>8} {'sent/s':>8} {'x direct':>8} {'p50 ms':>8} {'p95 ms':>8} "
-              f"{'p99 ms':>8} {'errors':>6} {'identical':>9}")
+    header = (f"{'client':<16} {'clients':>7} {'requests':>8} {'sent/s':>8} {'x direct':>8} {'p50 ms':>8} "
+              f"{'p95 ms':>8} {'p99 ms':>8} {'errors':>6} {'identical':>9}")
     print(header)
     print("-" * len(header))
-    for clients, r in service.items():
-        r["share_of_direct"] = r["sentences_per_s"] / direct["sentences_per_s"]
-        lat = r["latency_ms"]
-        print(f"{clients:>7} {r['answered']:>8} {r['sentences_per_s']:>8.1f} {r['share_of_direct']:>8.2f} "
-              f"{lat['p50']:>8.1f} {lat['p95']:>8.1f} {lat['p99']:>8.1f} {r['errors']:>6} "
-              f"{r['identical_share']:>9.3f}")
-        for error in r["first_errors"]:
-            print(f"  {clients} clients: {error}")
+    for via, service in by_client.items():
+        for clients, r in service.items():
+            r["share_of_direct"] = r["sentences_per_s"] / direct["sentences_per_s"]
+            lat = r["latency_ms"]
+            print(f"{via:<16} {clients:>7} {r['answered']:>8} {r['sentences_per_s']:>8.1f} "
+                  f"{r['share_of_direct']:>8.2f} {lat['p50']:>8.1f} {lat['p95']:>8.1f} {lat['p99']:>8.1f} "
+                  f"{r['errors']:>6} {r['identical_share']:>9.3f}")
+            for error in r["first_errors"]:
+                print(f"  {via}, {clients} clients: {error}")
+    # The goals are the service's own, measured through plain JSON (the first client when json was not run).
+    service = by_client.get("json") or next(iter(by_client.values()))
     goals = {}
     if GOAL_CLIENTS in service:
         r = service[GOAL_CLIENTS]
@@ -215,7 +253,8 @@ def report(args: argparse.Namespace, direct: dict[str, Any], service: dict[int, 
             "beam": args.beam_used, "int8": args.int8,
             "workers": args.workers, "max_wait_ms": args.max_wait_ms, "max_batch_tokens": args.max_batch_tokens,
             "machine": platform.machine(), "python": platform.python_version(), "direct": direct,
-            "service": {str(c): r for c, r in service.items()}, "goals": goals}
+            "service": {via: {str(c): r for c, r in runs.items()} for via, runs in by_client.items()},
+            "goals": goals}
 
 
 def main() -> None:
@@ -230,6 +269,8 @@ def main() -> None:
                         help="most seconds per client count (default: %(default)s)")
     parser.add_argument("--single-sentences", type=int, default=300,
                         help="sentences decoded one at a time for the single-sentence time (default: %(default)s)")
+    parser.add_argument("--via", nargs="+", choices=["json", "libretranslatepy"], default=["json", "libretranslatepy"],
+                        help="the clients the service is called through (default: %(default)s)")
     parser.add_argument("--tgt", default=None, help="target language (needed on an export of several)")
     parser.add_argument("--src", default=None, help="source language (needed where several go into --tgt)")
     parser.add_argument("--int8", action="store_true")

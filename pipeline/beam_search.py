@@ -19,7 +19,8 @@ gathers them on the way in. It needs only each row's candidates_for_beam(beam) b
 returns for the beam it was exported for; a wider beam takes its candidates from the logits, with the same result.
 
 One step is one function (`_best_continuations`, `_collect_finished`, `_continue_best`, `_retire_done`) over an
-explicit `_SearchState`; `beam_search` is the loop. Imports numpy only.
+explicit `_SearchState`; `beam_search_nbest` is the loop, and gives each sentence's kept finished hypotheses (its
+n-best list: the service's `alternatives`); `beam_search` the best of them. Imports numpy only.
 """
 
 from __future__ import annotations
@@ -162,10 +163,10 @@ def _continue_best(state: _SearchState, out: DecoderStep, scores: np.ndarray, fr
     )
 
 
-def _retire_done(state: _SearchState, finished: list[Finished], best: list[list[int]], forced: np.ndarray,
+def _retire_done(state: _SearchState, finished: list[Finished], best: list[list[list[int]]], forced: np.ndarray,
                  beam: int) -> _SearchState:
     """Keeps each sentence's `beam` best finished hypotheses; a sentence with `beam` of them, or at its limit,
-    gets its best into `best` and leaves the search, so it does not keep rows busy."""
+    gets them into `best`, best first, and leaves the search, so it does not keep rows busy."""
     done = forced.copy()
     for slot, s in enumerate(state.sentence):
         if finished[s]:
@@ -175,7 +176,7 @@ def _retire_done(state: _SearchState, finished: list[Finished], best: list[list[
     if not done.any():
         return state
     for s in state.sentence[done]:
-        best[s] = finished[s][0][1]
+        best[s] = [hypothesis for _, hypothesis in finished[s]]
     keep = ~done
     keep_rows = np.repeat(keep, beam)
     return replace(
@@ -203,7 +204,26 @@ def beam_search(
     decoder_prefix: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Each sentence's best hypothesis (the ids after the prefix, up to and including </s>), batch x beam rows
-    decoded together.
+    decoded together: the first of `beam_search_nbest`'s."""
+    return [hypotheses[0] for hypotheses in beam_search_nbest(
+        model, input_ids, attention_mask, beam=beam, max_new_tokens=max_new_tokens, ids=ids,
+        length_penalty=length_penalty, decoder_prefix=decoder_prefix)]
+
+
+def beam_search_nbest(
+    model: Any,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    *,
+    beam: int,
+    max_new_tokens: Sequence[int] | np.ndarray,
+    ids: SpecialIds,
+    length_penalty: float = 1.0,
+    decoder_prefix: Sequence[int] | None = None,
+) -> list[list[list[int]]]:
+    """Each sentence's n-best list: the finished hypotheses the search kept (the ids after the prefix, up to and
+    including </s>), best score first, `beam` of them (fewer only where fewer had a finite score). Batch x beam
+    rows are decoded together.
 
     `decoder_prefix` (every sentence's; default: `ids.start` alone) is what decoding starts from: a direction's
     DirectionLayout.decoder_prefix. `max_new_tokens` is per sentence (pipeline.decoding.output_limit) and counts
@@ -216,7 +236,7 @@ def beam_search(
         raise ValueError("decoder_prefix is empty: decoding needs at least the decoder's start token")
     state = _start(model, input_ids, attention_mask, max_new_tokens, prefix)
     finished: list[Finished] = [[] for _ in range(input_ids.shape[0])]
-    best: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
+    best: list[list[list[int]]] = [[] for _ in range(input_ids.shape[0])]
     keep = 2 * beam  # enough that `beam` continuations survive even if `beam` of them end in </s>
     # The logits are copied out only when the graph's own candidates are too few for this beam.
     needs_logits = getattr(model, "candidates", 0) < candidates_for_beam(beam)

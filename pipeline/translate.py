@@ -49,7 +49,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from pipeline.beam_search import Cache, DecoderStep, beam_search
+from pipeline.beam_search import Cache, DecoderStep, beam_search_nbest
 from pipeline.decoding import one_line, output_limit, pad_batch, token_batches
 from pipeline.errors import InputFileError
 from pipeline.export_format import (
@@ -256,6 +256,12 @@ class Translator:
                       direction: Direction | None = None) -> list[list[int]]:
         """Hypothesis ids (after the decoder prefix of `direction`, default the model's only one; with </s>) per
         source, in input order, batched by tokens; `threads` batches at once."""
+        return [nbest[0] for nbest in self.hypotheses_ids(sources, beam, length_penalty, direction)]
+
+    def hypotheses_ids(self, sources: Sequence[Sequence[int]], beam: int = 4, length_penalty: float | None = None,
+                       direction: Direction | None = None) -> list[list[list[int]]]:
+        """As translate_ids, but each source's n-best list (the beam's finished hypotheses, best first: up to
+        `beam` of them) instead of its best."""
         penalty = self.generation.length_penalty if length_penalty is None else length_penalty
         prefix = self.layout(direction).decoder_prefix
         budget = max(self.max_tokens // beam, 1)
@@ -265,14 +271,14 @@ class Translator:
         # The longest-running batches start first, so the last ones to start are short and threads finish together.
         batches.sort(key=lambda batch: len(batch) * len(sources[batch[-1]]), reverse=True)
 
-        def search(batch: list[int]) -> list[list[int]]:
+        def search(batch: list[int]) -> list[list[list[int]]]:
             rows = [sources[i] for i in batch]
             input_ids, attention_mask = pad_batch(rows, self.ids.pad)
             limits = [self.max_new_tokens(len(r), len(prefix)) for r in rows]
-            return beam_search(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
-                               ids=self.ids, length_penalty=penalty, decoder_prefix=prefix)
+            return beam_search_nbest(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
+                                     ids=self.ids, length_penalty=penalty, decoder_prefix=prefix)
 
-        out: list[list[int]] = [[] for _ in sources]
+        out: list[list[list[int]]] = [[] for _ in sources]
         if self.threads == 1 or len(batches) == 1:
             results = map(search, batches)
         else:

@@ -1,7 +1,8 @@
 """The web assets the project's pages load, as npm packages: which CDN URL is answered by which package file.
 
 Great Expectations' Data Docs and DVC's plots page load Bootstrap, jQuery, bootstrap-table, Font Awesome, vega
-and friends from CDNs. Each of those URLs names an npm package at a pinned version; `assets/web/fetch.py` takes
+and friends from CDNs, and FastAPI's /docs page Swagger UI (`mtpipe serve` serves that one itself:
+pipeline/serve/docs.py). Each of those URLs names an npm package at a pinned version; `assets/web/fetch.py` takes
 exactly the files below from the registry's tarballs (`npm pack`) into `assets/web/<package>@<version>/` and
 records their sha256 in `assets/web/manifest.json`, and `pipeline.offline_pages` copies them beside a page and
 points the page at them.
@@ -94,6 +95,11 @@ PACKAGES: tuple[NpmPackage, ...] = (
         (f"{JSDELIVR}/vega-embed@6.18.2", "build/vega-embed.min.js"),
         (f"{JSDELIVR}/vega-embed@6", "build/vega-embed.min.js"),
     )),
+    # FastAPI's /docs page asks for any 5.x release; its favicon, on FastAPI's own site, is replaced by the package's.
+    NpmPackage("swagger-ui-dist", "5.35.0", (
+        (f"{JSDELIVR}/swagger-ui-dist@5/swagger-ui-bundle.js", "swagger-ui-bundle.js"),
+        (f"{JSDELIVR}/swagger-ui-dist@5/swagger-ui.css", "swagger-ui.css"),
+    ), loads=("favicon-32x32.png",)),
 )
 
 

@@ -1,11 +1,13 @@
 """The ASGI application: routes, error responses and lifespan, over a TranslationEngine and a Batcher.
 
-    POST /translate   LibreTranslate's body {q, source, target, format} -> {translatedText}
+    POST /translate   LibreTranslate's fields {q, source, target, format, alternatives} (JSON, a form, or the query
+                      string) -> {translatedText, detectedLanguage (source "auto"), alternatives (when asked)}
+    POST /detect      {q} -> [{confidence, language}], the model's source languages q is most likely in
     GET  /languages   [{code, name, targets}]
     GET  /health      200 while the process serves (liveness)
     GET  /ready       200 once the model is loaded and the batcher runs, else 503 (readiness)
     GET  /metrics     Prometheus text format
-    GET  /docs        OpenAPI UI (FastAPI); /openapi.json the schema
+    GET  /docs        the API's page (Swagger UI, from vendored files: docs.py); /openapi.json the schema
 
 Every error is `{"error": message}` with a 4xx status for bad input (pipeline/serve/translate_request.py lists
 them), 503 when the queue is full, 504 past the request deadline, 500 only for a fault of the service itself. A
@@ -27,34 +29,52 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeline.serve.batcher import Batcher, Job, NotRunning, QueueFull
+from pipeline.serve.docs import add_docs
 from pipeline.serve.engine import TranslationEngine
 from pipeline.serve.errors import ApiError, DeadlineExceeded, Overloaded
 from pipeline.serve.metrics import ServiceMetrics
-from pipeline.serve.schema import ErrorResponse, Language, TranslateRequest, TranslateResponse
+from pipeline.serve.request_fields import read_fields
+from pipeline.serve.schema import (
+    DetectedLanguage,
+    DetectRequest,
+    ErrorResponse,
+    Language,
+    TranslateRequest,
+    TranslateResponse,
+    openapi_request,
+)
 from pipeline.serve.settings import ServeSettings, flag
-from pipeline.serve.translate_request import parse_body, prepare, read_body
+from pipeline.serve.translate_request import (
+    DETECT_FIELDS,
+    TRANSLATE_FIELDS,
+    detections,
+    parse_detect_fields,
+    parse_fields,
+    prepare,
+)
 
 log = logging.getLogger("mtpipe.serve")
 
 CLIENT_CLOSED_REQUEST = 499
-ENDPOINTS = ("/translate", "/languages", "/health", "/ready", "/metrics", "/docs", "/openapi.json")
+ENDPOINTS = ("/translate", "/detect", "/languages", "/health", "/ready", "/metrics", "/docs", "/openapi.json")
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in [
-        (400, "invalid UTF-8 or JSON, invalid Unicode, or a language this model does not translate"),
+        (400, "invalid UTF-8, JSON, form or Unicode, malformed HTML, or a language this model does not translate"),
+        (408, "the body did not all come within --body-timeout-s of the headers (the connection is closed)"),
         (413, "over a limit: body bytes, lines per request or tokens per line (the message names the flag)"),
-        (422, "a missing field, a wrong type or an empty list"),
+        (415, "a body that is not JSON, an urlencoded form or a multipart form"),
+        (422, "a missing field, a wrong type, an empty list, a field given twice, or more alternatives than the "
+              "beam keeps"),
         (503, "the queue is full, or the service is stopping: retry after Retry-After seconds"),
         (504, "not translated within the request deadline"),
     ]
 }
-# The body is read by the handler (translate_request.py), so FastAPI is told its schema for the docs.
-TRANSLATE_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": TranslateRequest.model_json_schema()}}}}
+DETECT_ERRORS = {status: ERROR_RESPONSES[status] for status in (400, 408, 413, 415, 422)}
 
 
 @dataclass(frozen=True)
@@ -69,18 +89,25 @@ def create_app(engine: TranslationEngine, settings: ServeSettings) -> FastAPI:
     metrics = ServiceMetrics()
     batcher = Batcher(engine.translate, metrics, workers=settings.workers, max_batch_tokens=settings.max_batch_tokens,
                       max_wait_s=settings.max_wait_s, max_queued_lines=settings.max_queued_lines)
+    # /docs from the vendored Swagger UI (docs.py) instead of FastAPI's CDN page; no ReDoc page.
     app = FastAPI(title="mtpipe translate", summary="Machine translation with an exported mtpipe model",
-                  lifespan=_lifespan)
+                  lifespan=_lifespan, docs_url=None, redoc_url=None)
+    add_docs(app)
     app.state.service = Service(engine, settings, batcher, metrics)
+    # The fields are read by the handlers (request_fields.py), so FastAPI is told their schemas for the docs.
     app.add_api_route("/translate", translate, methods=["POST"], response_model=TranslateResponse,
-                      responses=ERROR_RESPONSES, openapi_extra=TRANSLATE_BODY,
+                      responses=ERROR_RESPONSES, openapi_extra=openapi_request(TranslateRequest),
                       summary="Translate a string or a list of strings (LibreTranslate's API)")
+    app.add_api_route("/detect", detect_language, methods=["POST"], response_model=list[DetectedLanguage],
+                      responses=DETECT_ERRORS, openapi_extra=openapi_request(DetectRequest),
+                      summary="The model's source languages a text is most likely in (LibreTranslate's API)")
     app.add_api_route("/languages", languages, methods=["GET"], response_model=list[Language],
                       summary="Source languages and the targets each goes to")
     app.add_api_route("/health", health, methods=["GET"], summary="Liveness: 200 while the process serves")
     app.add_api_route("/ready", ready, methods=["GET"], summary="Readiness: 200 when requests can be translated",
                       responses={503: {"model": ErrorResponse}})
-    app.add_api_route("/metrics", metrics_text, methods=["GET"], summary="Prometheus metrics (text format)")
+    app.add_api_route("/metrics", metrics_text, methods=["GET"], summary="Prometheus metrics (text format)",
+                      response_class=PlainTextResponse)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -104,11 +131,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 # --------------------------------------------------------------------------------------------------- routes
 
 
-async def translate(request: Request) -> dict[str, Any] | Response:
+async def translate(request: Request) -> Response:
     service: Service = request.app.state.service
     deadline = asyncio.get_running_loop().time() + service.settings.request_timeout_s
-    body = await read_body(request, service.settings.max_request_bytes)
-    prepared = prepare(parse_body(body), service.engine, service.settings)
+    fields = await read_fields(request, service.settings.max_request_bytes, TRANSLATE_FIELDS)
+    prepared = prepare(parse_fields(fields), service.engine, service.settings)
     present = [ids for ids in prepared.sources if ids is not None]
     translations: list[str] = []
     if present:
@@ -124,7 +151,13 @@ async def translate(request: Request) -> dict[str, Any] | Response:
         translations = outcome
     remaining = iter(translations)
     texts = ["" if ids is None else next(remaining) for ids in prepared.sources]
-    return {"translatedText": prepared.assemble(texts)}
+    return JSONResponse(prepared.response(texts))
+
+
+async def detect_language(request: Request) -> Response:
+    service: Service = request.app.state.service
+    fields = await read_fields(request, service.settings.max_request_bytes, DETECT_FIELDS)
+    return JSONResponse(detections(parse_detect_fields(fields), service.engine, service.settings))
 
 
 async def _wait_for(batcher: Batcher, job: Job, receive: Receive, deadline: float,

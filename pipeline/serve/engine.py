@@ -13,21 +13,45 @@ start token, then the target's code where the family has one), which every direc
 
 One Translator serves every worker: its ONNX Runtime sessions run concurrent calls, each on one thread (the
 Translator is built with threads=1, so each call decodes its batch on the calling thread only).
+
+A line's translation is a `Translation`: the best hypothesis's text, which is what the batcher hands back, and
+the beam's other hypotheses, decoded to text only when a request asks for `alternatives`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.decoding import one_line
 from pipeline.export_format import ExportDirError
 from pipeline.languages import Direction
+from pipeline.serve import detect
 from pipeline.serve.languages import ModelLanguages
 from pipeline.serve.settings import ServeSettings, SettingsError, flag
 
 if TYPE_CHECKING:
     from pipeline.translate import Translator
+
+
+class Translation(str):
+    """A line's best translation (the string itself) and the text of the beam's other hypotheses, best first."""
+
+    def __new__(cls, best: str, others: Sequence[Sequence[int]] = (),
+                decode: Callable[[Sequence[int]], str] | None = None) -> Translation:
+        translation = super().__new__(cls, best)
+        translation._others, translation._decode = others, decode
+        return translation
+
+    @property
+    def alternatives(self) -> list[str]:
+        """The other hypotheses' text (decoded now: most requests never ask for it)."""
+        return [one_line(self._decode(ids)) for ids in self._others] if self._decode else []
+
+
+def alternatives_of(translation: str) -> list[str]:
+    """The beam's other translations of a line (none for a blank line, which is not decoded)."""
+    return translation.alternatives if isinstance(translation, Translation) else []
 
 
 class TranslationEngine:
@@ -58,6 +82,7 @@ class TranslationEngine:
                 raise ExportDirError(f"{settings.model_dir}: the directions into {target!r} "
                                      f"({', '.join(map(str, into))}) start decoding from different prefixes "
                                      f"{sorted(prefixes)}: a batch into {target!r} could not be decoded together")
+        detect.load()  # for "auto" and /detect, now rather than in the first such request
         return cls(translator, languages, beam, settings.max_line_tokens or positions)
 
     @property
@@ -69,13 +94,13 @@ class TranslationEngine:
         untruncated (the caller checks them against max_line_tokens)."""
         return self.translator.source_ids(line, direction)
 
-    def translate(self, sources: Sequence[Sequence[int]], target: str) -> list[str]:
-        """Text of each source's translation into `target` (the sources were tokenized for it), in order. Runs on
-        a worker thread."""
+    def translate(self, sources: Sequence[Sequence[int]], target: str) -> list[Translation]:
+        """Each source's translation into `target` (the sources were tokenized for it), in order. Runs on a worker
+        thread."""
         into = [d for d in self.languages.directions.directions if d.tgt == target]
         if not into:  # the request handler checked it
             raise ValueError(f"target {target!r} is not one of {self.languages.directions.targets}")
         # Every direction into the target has the same decoder prefix (load checked it).
-        hypotheses = self.translator.translate_ids(sources, beam=self.beam, direction=into[0])
+        nbest = self.translator.hypotheses_ids(sources, beam=self.beam, direction=into[0])
         decode = self.translator.tokenizer.decode
-        return [one_line(decode(hypothesis)) for hypothesis in hypotheses]
+        return [Translation(one_line(decode(hypotheses[0])), hypotheses[1:], decode) for hypotheses in nbest]

@@ -12,6 +12,9 @@ class ApiError(Exception):
     status = 400
 
     def __init__(self, message: str, headers: dict[str, str] | None = None):
+        # A lone surrogate from the request (JSON's "\\udfff") quoted in a message could not be encoded as UTF-8
+        # in the response: it is written as its escape.
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.message = message
         self.headers = headers or {}

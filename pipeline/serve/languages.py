@@ -2,18 +2,24 @@
 
 They are the model's directions, from the export's `languages.json` (pipeline/languages.py: written by the tokenize
 stage, copied with the tokenizer into models/final and models/export; the Translator reads it and checks it against
-the manifest). `/languages` lists each source language with the targets it goes to (LibreTranslate's shape). A
-request names a direction by its `source` and `target`; `source` may be "auto" (LibreTranslate's "whatever the text
-is in") only where that leaves no choice: one source language goes into the target.
+the manifest). `/languages` lists each source language with its English name and the targets it goes to
+(LibreTranslate's shape). A request names a direction by its `source` and `target`; `source` may be "auto"
+(LibreTranslate's "whatever the text is in"): the text's language is detected among the sources that go into the
+target (pipeline/serve/detect.py), and the most likely one is the direction's source.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.languages import Direction, Directions, UnknownDirection
+from pipeline.serve import detect
+from pipeline.serve.detect import Detection
+from pipeline.serve.language_names import english_name
 
 AUTO_SOURCE = "auto"
+MAX_DETECTIONS = 3
 
 
 class UnsupportedLanguage(ValueError):
@@ -25,18 +31,33 @@ class ModelLanguages:
     directions: Directions
 
     def direction(self, source: str, target: str) -> Direction:
-        """The direction `source` (or "auto") -> `target`; UnsupportedLanguage, listing the model's directions,
-        when the model does not translate it or "auto" could mean several sources."""
-        auto = source == AUTO_SOURCE
+        """The direction `source` -> `target` (not "auto": see `detected`); UnsupportedLanguage, listing the
+        model's directions, when the model does not translate it."""
         try:
-            return self.directions.find(None if auto else source, target)
+            return self.directions.find(source, target)
         except UnknownDirection as err:
-            ambiguous = auto and target in self.directions.targets  # the target is fine: "auto" is what failed
-            raise UnsupportedLanguage(f"source {AUTO_SOURCE!r}: {err}" if ambiguous else str(err)) from None
+            raise UnsupportedLanguage(str(err)) from None
+
+    def detected(self, texts: Sequence[str], target: str) -> tuple[Direction, Detection]:
+        """The direction into `target` from the source `texts` are most likely in (among the sources that go into
+        `target`), and that detection; UnsupportedLanguage when the model does not translate into `target`."""
+        sources = self.sources_into(target)
+        if not sources:
+            self.direction(AUTO_SOURCE, target)  # raises: find checks the target first, and it is not the model's
+        best = detect.rank(texts, sources)[0]
+        return Direction(best.language, target), best
+
+    def detections(self, texts: Sequence[str]) -> list[Detection]:
+        """`POST /detect`: the model's source languages `texts` are most likely in, best first, at most
+        MAX_DETECTIONS (LibreTranslate answers with its top 3)."""
+        return detect.rank(texts, self.directions.sources)[:MAX_DETECTIONS]
+
+    def sources_into(self, target: str) -> list[str]:
+        return [d.src for d in self.directions.directions if d.tgt == target]
 
     def listing(self) -> list[dict[str, object]]:
-        """LibreTranslate's `/languages` shape: one entry per source language with the targets it goes to.
-        The export records codes only, so a language's name is its code."""
-        return [{"code": source, "name": source,
+        """LibreTranslate's `/languages` shape: one entry per source language, its English name and the targets
+        it goes to."""
+        return [{"code": source, "name": english_name(source),
                  "targets": [d.tgt for d in self.directions.directions if d.src == source]}
                 for source in self.directions.sources]

@@ -46,11 +46,17 @@ class ServeSettings:
     max_queued_lines: int = 4096
     # A request not answered this long after it arrived gets 504, and its lines not yet decoded are dropped.
     request_timeout_s: float = 30.0
+    # Slow and idle clients (pipeline/serve/http_protocol.py): a request head must be complete this long after its
+    # connection opened or its previous response ended (else 408, or a silent close if nothing came), a body this
+    # long after its head (else 408); a connection over max_connections gets 503. Each is closed after.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    max_connections: int = 512
     access_log: bool = False
 
     def __post_init__(self) -> None:
         minimum = {"workers": 1, "max_batch_tokens": 1, "max_lines": 1, "max_request_bytes": 1,
-                   "max_queued_lines": 1, "beam": 1, "max_line_tokens": 2}
+                   "max_queued_lines": 1, "beam": 1, "max_line_tokens": 2, "max_connections": 1}
         for name, least in minimum.items():
             value = getattr(self, name)
             if value is not None and value < least:
@@ -59,8 +65,9 @@ class ServeSettings:
             raise SettingsError(f"{flag('port')} must be within 0-65535, got {self.port}")
         if self.max_wait_ms < 0:
             raise SettingsError(f"{flag('max_wait_ms')} must not be negative, got {self.max_wait_ms}")
-        if self.request_timeout_s <= 0:
-            raise SettingsError(f"{flag('request_timeout_s')} must be positive, got {self.request_timeout_s}")
+        for name in ("request_timeout_s", "header_timeout_s", "body_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         if self.max_queued_lines < self.max_lines:
             raise SettingsError(
                 f"{flag('max_queued_lines')} ({self.max_queued_lines}) must be at least {flag('max_lines')} "

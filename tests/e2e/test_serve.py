@@ -116,7 +116,7 @@ def test_health_ready_languages_metrics_and_docs_answer(service, export_dir):
     assert status == 200
     assert json.loads(ready) == {"status": "ready", "model": str(export_dir), "precision": "fp32", "beam": 4,
                                  "workers": 2}
-    assert json.loads(service.get("/languages")[1]) == [{"code": "en", "name": "en", "targets": ["de"]}]
+    assert json.loads(service.get("/languages")[1]) == [{"code": "en", "name": "English", "targets": ["de"]}]
     status, text = service.get("/metrics")
     assert status == 200 and b"# TYPE mtpipe_serve_request_seconds histogram" in text
     for name in (b"mtpipe_serve_batch_lines", b"mtpipe_serve_sentences_total", b"mtpipe_serve_source_tokens_total"):
@@ -132,7 +132,8 @@ def test_a_string_is_translated_to_a_string_and_a_list_to_a_list_as_translator_d
     expected = translator.translate(sentences[:3], beam=4)
     assert service.post_json("/translate", request(sentences[0])) == (200, {"translatedText": expected[0]})
     status, body = service.post_json("/translate", {**request(sentences[:3], source="auto"), "api_key": ""})
-    assert (status, body) == (200, {"translatedText": expected})
+    assert (status, body["translatedText"]) == (200, expected)
+    assert [d["language"] for d in body["detectedLanguage"]] == ["en"] * 3
 
 
 def test_line_breaks_and_blank_lines_are_kept(service, translator, sentences):
@@ -159,7 +160,8 @@ BAD_BODIES = [
      "field 'target': Input should be a valid string"),
     (json.dumps(request([])).encode(), 422, "field 'q' is an empty list: send at least one string"),
     (json.dumps(["A dog"]).encode(), 422, "the body must be a JSON object with q, source and target, not a list"),
-    (json.dumps({**request("A dog"), "format": "html"}).encode(), 422, "field 'format': Input should be 'text'"),
+    (json.dumps({**request("A dog"), "format": "pdf"}).encode(), 422,
+     "field 'format': Input should be 'text' or 'html'"),
     (json.dumps(request("A dog", target="fr")).encode(), 400, "target 'fr' is not one of this model's targets: de "
      "(directions: en-de)"),
     (json.dumps(request("A dog", source="cs")).encode(), 400, "this model does not translate cs-de; its directions: "

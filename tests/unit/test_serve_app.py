@@ -132,10 +132,12 @@ def test_a_two_target_export_lists_its_targets_translates_into_each_and_refuses_
         return listing, answers, unknown, wrong_source
 
     listing, answers, unknown, wrong_source = asyncio.run(scenario())
-    assert listing == (200, [{"code": "en", "name": "en", "targets": ["de", "fr"]}])
+    assert listing == (200, [{"code": "en", "name": "English", "targets": ["de", "fr"]}])
     translator = Translator(two_target_exported.export, threads=1)
     for target, answer in answers.items():
-        assert answer == (200, {"translatedText": translator.translate(lines, beam=2, tgt=target)})
+        assert answer[0] == 200
+        assert answer[1]["translatedText"] == translator.translate(lines, beam=2, tgt=target)
+        assert [d["language"] for d in answer[1]["detectedLanguage"]] == ["en", "en"]
     assert unknown == (400, {"error": "target 'cs' is not one of this model's targets: de, fr (directions: en-de, "
                                       "en-fr)"})
     assert wrong_source == (400, {"error": "this model does not translate de-fr; its directions: en-de, en-fr"})

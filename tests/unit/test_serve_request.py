@@ -54,7 +54,7 @@ def prepared(**fields):
         (body(q=[]), InvalidFields, "field 'q' is an empty list: send at least one string"),
         (body(q=["a", {"b": 1}]), InvalidFields, "field 'q' item 1 is an object, not a string"),
         (body(source=1), InvalidFields, "field 'source': Input should be a valid string"),
-        (body(format="html"), InvalidFields, "field 'format': Input should be 'text'"),
+        (body(format="pdf"), InvalidFields, "field 'format': Input should be 'text' or 'html'"),
     ],
 )
 def test_a_bad_body_is_refused_with_a_message_naming_the_problem(raw, error, message):

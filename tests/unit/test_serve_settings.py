@@ -58,10 +58,11 @@ def test_the_command_stops_on_a_directory_that_is_not_an_export(capsys, tmp_path
     assert f"{tmp_path / 'export.json'} not found: is {tmp_path} an export directory" in capsys.readouterr().err
 
 
-def test_a_one_direction_model_takes_its_source_or_auto_and_lists_one_target():
+def test_a_one_direction_model_takes_its_source_or_auto_and_lists_one_target_by_name():
     languages = ModelLanguages(Directions.of(["en-de"]))
-    assert languages.listing() == [{"code": "en", "name": "en", "targets": ["de"]}]
-    assert languages.direction("auto", "de") == languages.direction("en", "de") == Direction("en", "de")
+    assert languages.listing() == [{"code": "en", "name": "English", "targets": ["de"]}]
+    assert languages.direction("en", "de") == Direction("en", "de")
+    assert languages.detected(["A man rides a bike."], "de")[0] == Direction("en", "de")
     with pytest.raises(UnsupportedLanguage, match=r"target 'en' is not one of this model's targets: de "
                                                   r"\(directions: en-de\)"):
         languages.direction("en", "en")
@@ -72,18 +73,19 @@ def test_a_one_direction_model_takes_its_source_or_auto_and_lists_one_target():
 def test_a_model_with_several_targets_accepts_each_and_lists_them_under_their_source():
     languages = ModelLanguages(Directions.of(["en-de", "en-fr"]))
     for target in ("de", "fr"):
-        assert languages.direction("en", target) == languages.direction("auto", target) == Direction("en", target)
+        assert languages.direction("en", target) == Direction("en", target)
+        assert languages.detected(["Two dogs play in the snow."], target)[0] == Direction("en", target)
     with pytest.raises(UnsupportedLanguage, match=r"target 'cs' is not one of this model's targets: de, fr"):
-        languages.direction("auto", "cs")
-    assert languages.listing() == [{"code": "en", "name": "en", "targets": ["de", "fr"]}]
+        languages.detected(["Two dogs play in the snow."], "cs")
+    assert languages.listing() == [{"code": "en", "name": "English", "targets": ["de", "fr"]}]
 
 
-def test_auto_is_refused_where_several_sources_go_into_the_target():
+def test_auto_picks_the_detected_source_where_several_sources_go_into_the_target():
     languages = ModelLanguages(Directions.of(["en-fr", "de-fr", "en-de"]))
-    assert languages.listing() == [{"code": "en", "name": "en", "targets": ["fr", "de"]},
-                                   {"code": "de", "name": "de", "targets": ["fr"]}]
-    assert languages.direction("auto", "de") == Direction("en", "de")
-    assert languages.direction("de", "fr") == Direction("de", "fr")
-    with pytest.raises(UnsupportedLanguage, match=r"source 'auto': this model translates into fr from en, de: name "
-                                                  r"the source language"):
-        languages.direction("auto", "fr")
+    assert languages.listing() == [{"code": "en", "name": "English", "targets": ["fr", "de"]},
+                                   {"code": "de", "name": "German", "targets": ["fr"]}]
+    direction, detection = languages.detected(["Zwei Hunde spielen im Schnee und ein Mann schaut zu."], "fr")
+    assert direction == Direction("de", "fr") and detection.language == "de" and 50 < detection.confidence <= 100
+    assert languages.detected(["Two dogs play in the snow while a man watches."], "fr")[0] == Direction("en", "fr")
+    # Only the sources that go into the target are candidates: de does not go into de.
+    assert languages.detected(["Zwei Hunde spielen im Schnee."], "de")[0] == Direction("en", "de")

@@ -40,7 +40,7 @@ def test_the_manifest_holds_the_listed_files_of_the_listed_packages_and_nothing_
 
 def test_the_assets_stay_small():
     total = sum(p.stat().st_size for p in WEB_ASSETS_DIR.rglob("*") if p.is_file())
-    assert total < 4_000_000
+    assert total < 6_000_000  # Swagger UI for the service's /docs is 1.9 MB of it
 
 
 def gx_template(name: str) -> str:
