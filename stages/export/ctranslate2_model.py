@@ -14,8 +14,10 @@ target's prefix (mBART-50, M2M-100, NLLB: the target's code; Marian: nothing, it
 when its config names none (mBART-cc25), it is given the whole prefix. Its hypotheses begin with the prefix it was
 given, which is dropped, so they compare with the others' (what follows the prefix).
 
-Marian: CTranslate2 drops the last embedding row (<pad>) and starts decoding from a zero vector, which matches the
-trained model because training keeps the <pad> row at zero (see stages/train/loop.py).
+Marian: CTranslate2's converter drops the last embedding row (<pad>) and its decoder starts from a zero vector
+where transformers' Marian starts from the <pad> embedding; the two agree because that row is zero in converted
+OPUS-MT checkpoints and training keeps it so (stages/train/model.py zero_start_rows). A model whose row is not zero
+fails the parity gate, and `start_row_norm` lets the failure say why.
 """
 
 from __future__ import annotations
@@ -91,6 +93,16 @@ def convert_ctranslate2(final_model: Path, out: Path, quantization: str) -> floa
     start = time.perf_counter()
     converter.convert(str(out), quantization=quantization)
     return round(time.perf_counter() - start, 2)
+
+
+def start_row_norm(model: Any, pad_id: int) -> float | None:
+    """The norm of the <pad> embedding row a Marian model's decoder starts from, which CTranslate2 replaces with a
+    zero vector (the largest over its decoder and encoder matrices when they are separate); None for the families
+    that start from another token (their rows convert as they are)."""
+    if model.config.model_type != "marian":
+        return None
+    matrices = (model.get_input_embeddings().weight, model.get_decoder().embed_tokens.weight)
+    return max(float(weight.detach()[pad_id].norm()) for weight in matrices)
 
 
 def starts_itself(model_dir: Path) -> bool:

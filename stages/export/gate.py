@@ -2,8 +2,11 @@
 (every direction the model translates must pass on its own sentences; a failure names its direction).
 
 Gated: every fp32 ONNX and TorchScript max abs diff (`export.max_logit_diff`), the share of ONNX greedy outputs
-identical to PyTorch's (`export.min_identical`), the BLEU delta (`export.max_bleu_delta`), and <pad> never emitted.
-The int8 graphs and CTranslate2 are reported, not gated: quantisation is expected to change some outputs.
+identical to PyTorch's (`export.min_identical`), the BLEU delta (`export.max_bleu_delta`), and <pad> never emitted;
+the CTranslate2 model's identical share and BLEU delta likewise (`export.ctranslate2_min_identical`,
+`export.ctranslate2_max_bleu_delta`: its own, since its default int8 quantisation changes some outputs). The int8
+ONNX graphs are reported, not gated: they are quantised from the fp32 graphs the gate checks, while CTranslate2's
+own converter rebuilds the model from the checkpoint, and nothing else would catch a conversion that changes it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,51 @@ def parity_failures(report: dict[str, Any], thresholds: ExportParams) -> list[st
                         f"{thresholds.max_bleu_delta:.2f}")
     if report.get("emitted_pad"):
         failures.append("onnx greedy decoding emitted <pad>")
+    return failures + ctranslate2_failures(report, thresholds)
+
+
+def ctranslate2_failures(report: dict[str, Any], thresholds: ExportParams) -> list[str]:
+    """The CTranslate2 model's broken thresholds (its identical share and absolute BLEU delta); empty when it was
+    not exported or passes."""
+    agreement = report.get("ctranslate2")
+    if agreement is None:
+        return []
+    failures = []
+    share, least = agreement["identical_share"], thresholds.ctranslate2_min_identical
+    if not share >= least:
+        failures.append(f"ctranslate2 greedy outputs identical to PyTorch for {share:.2%} of {report['n_sentences']} "
+                        f"sentences < export.ctranslate2_min_identical {least:.2%}")
+    delta, most = abs(agreement["bleu_delta"]), thresholds.ctranslate2_max_bleu_delta
+    if not delta <= most:
+        failures.append(f"ctranslate2 greedy BLEU differs from PyTorch by {delta:.2f} > "
+                        f"export.ctranslate2_max_bleu_delta {most:.2f}")
     return failures
+
+
+def ctranslate2_fix(quantization: str, start_row_norm: float | None) -> str:
+    """What to do when the CTranslate2 model fails the gate. `start_row_norm`: the norm of the <pad> embedding row
+    a Marian model decodes from (None for the other families), which CTranslate2 replaces with a zero vector."""
+    if start_row_norm:
+        return (f"models/final is a Marian model whose <pad> embedding row, the one its decoder starts from, is not "
+                f"zero (norm {start_row_norm:.3g}), while CTranslate2 starts Marian's decoder from a zero vector: "
+                "train it again (`dvc repro train`), which keeps that row at zero")
+    if quantization != "float32":
+        return (f"CTranslate2 runs the model in {quantization}, which changes some outputs: convert it in float32 "
+                "(export.ctranslate2_quantization), or loosen export.ctranslate2_min_identical / "
+                "export.ctranslate2_max_bleu_delta")
+    return "CTranslate2's converter does not reproduce this model: export without it (export.ctranslate2: false)"
+
+
+def gate_message(report: dict[str, Any], thresholds: ExportParams, start_row_norm: float | None) -> str | None:
+    """The ParityFailed message: every direction's broken thresholds, and what to do about CTranslate2's; None
+    when the gate passes."""
+    failures = direction_failures(report, thresholds)
+    if not failures:
+        return None
+    message = "parity gate failed: " + "; ".join(failures)
+    if any(ctranslate2_failures(direction, thresholds) for direction in report["directions"].values()):
+        message += ". " + ctranslate2_fix(thresholds.ctranslate2_quantization, start_row_norm)
+    return message
 
 
 def direction_failures(report: dict[str, Any], thresholds: ExportParams) -> list[str]:

@@ -89,8 +89,8 @@ def agreement(reference: list[list[int]], hyps: list[list[int]], bleu_reference:
 
 def greedy_report(hyps: dict[str, list[list[int]]], tokenizer: Any, references: list[str], pad_id: int
                   ) -> dict[str, Any]:
-    """The gated figures of the fp32 ONNX graphs (identical_share, emitted_pad, bleu with its absolute delta) and
-    the reported ones of int8 and CTranslate2 (their `agreement`)."""
+    """The fp32 ONNX graphs' figures (identical_share, emitted_pad, bleu with its absolute delta) and the int8
+    graphs' and CTranslate2's (their `agreement`); gate.py says which are gated."""
     import sacrebleu
 
     def decode(rows: list[list[int]]) -> list[str]:

@@ -81,7 +81,14 @@ from stages.train.distributed import Distributed
 from stages.train.dropout import training_dropout
 from stages.train.kernels import kernel_settings
 from stages.train.live import Logger, SystemFigures
-from stages.train.model import build_model, count_parameters, enable_gradient_checkpointing, freeze, pad_embedding_rows
+from stages.train.model import (
+    build_model,
+    count_parameters,
+    enable_gradient_checkpointing,
+    freeze,
+    zero_rows,
+    zero_start_rows,
+)
 from stages.train.prefetch import Prefetcher, ReadyUpdate
 from stages.train.resume import agreed_resume
 from stages.train.save import save_final
@@ -185,6 +192,17 @@ class Run:
         return training_dropout(self.device)
 
 
+def _zero_a_trained_start_row(pad_rows: list[torch.Tensor], model_spec: dict[str, Any], is_main: bool) -> None:
+    """Zero a pretrained Marian checkpoint's <pad> rows where they are not zero (one fine-tuned elsewhere with the
+    row trained): CTranslate2 cannot run such a model as trained, so it is made one it can, before the first
+    update, and fine-tuning adapts to the zero start; the checkpoint's own outputs change, hence the warning."""
+    norm = zero_rows(pad_rows)
+    if norm > 0 and is_main:
+        log.warning("%s: the <pad> embedding row Marian decodes from is not zero (norm %.3g), as it is in OPUS-MT "
+                    "checkpoints and as CTranslate2 assumes; zeroed before training, which changes the checkpoint's "
+                    "outputs until fine-tuning adapts to it", model_spec.get("name_or_path") or "the model", norm)
+
+
 def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     """Data, model, DDP, AMP, optimizer and schedule, before any resume (the initial weights: seed alone)."""
     train_params = SimpleNamespace(**spec["train"])
@@ -222,15 +240,16 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
                                   weight_decay=train_params.weight_decay, fused=True)
     warmup = train_params.warmup_steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, warmup))
-    # Keep the <pad> embedding rows at zero (Marian/CTranslate2 decode from a zero start vector). A pretrained
-    # checkpoint's rows are left as they were trained.
-    from_scratch = spec["model"]["init"] == "scratch"
+    # Marian's <pad> rows stay at zero, built or pretrained (model.zero_start_rows: Marian decodes from them,
+    # CTranslate2 from a zero vector). Taken after model.to(): the rows are views of the weights on the device.
+    pad_rows = zero_start_rows(model, meta["pad_id"])
+    _zero_a_trained_start_row(pad_rows, spec["model"], dist.is_main)
     bleu_sentences = train_params.valid_bleu_sentences if dist.is_main else 0
     return Run(
         train_params=train_params, spec=spec, root=root, tokenized=tokenized,
         checkpoints=root / "models" / "checkpoints", dist=dist, threads=threads, data=data,
         model=model, ddp_model=ddp_model, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
-        schedule=schedule, pad_rows=pad_embedding_rows(model, meta["pad_id"]) if from_scratch else [],
+        schedule=schedule, pad_rows=pad_rows,
         fingerprint=checkpoint.fingerprint(spec, dist.world, tokenized, len(data.directions)),
         logger=Logger(root / "dvclive", dist.is_main),
         system=SystemFigures(dist.device),

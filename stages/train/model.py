@@ -22,6 +22,11 @@ decay, no moments) leaves them as they are:
     embeddings shared by encoder and decoder (all five families' checkpoints), that includes them: freezing
     the encoder then also fixes the decoder's token embeddings and the tied output projection.
 
+A Marian model's <pad> embedding rows, which its decoder starts from, stay at zero (`zero_start_rows`; the loop
+zeroes them after every optimizer step), whether built here or pretrained: CTranslate2 starts Marian's decoder from
+a zero vector in their place. A pretrained checkpoint whose row is not zero has it zeroed before training (the
+loop warns): its outputs change, but CTranslate2 could not reproduce it as it is, and fine-tuning adapts.
+
 The model settings arrive as `pipeline.params.ModelParams` or as the plain dict `model_spec` makes of it (what
 the torchrun workers and the GPU benchmark get: they must not need pydantic).
 """
@@ -153,13 +158,34 @@ def build_model(
 
 
 def pad_embedding_rows(model: Any, pad_id: int) -> list[Any]:
-    """The <pad> rows of every distinct embedding matrix (one when shared, two with separate vocabularies).
-
-    The trainer keeps them at zero: Marian decoding starts from the <pad> embedding, and CTranslate2's converter
-    assumes a zero start vector, so a trained (tied, hence non-zero) row would make the converted model differ.
-    """
+    """The <pad> rows of every distinct embedding matrix (one when shared, two with separate vocabularies)."""
     matrices = {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_decoder().embed_tokens)}
     return [w.data[pad_id] for w in matrices.values()]
+
+
+def zero_start_rows(model: Any, pad_id: int) -> list[Any]:
+    """The embedding rows the trainer keeps at zero, after every optimizer step: a Marian model's <pad> rows
+    (pad_embedding_rows), whether built here or pretrained; none for the other families.
+
+    Marian decodes from <pad>, and the row is zero in Marian itself and in every converted OPUS-MT checkpoint
+    (transformers' converter appends <pad> as a zero row); CTranslate2's Marian converter drops the row and starts
+    the decoder from a zero vector. A trained row (tied, hence non-zero) would make the converted model translate
+    differently. mBART, M2M-100 and NLLB decode from </s> or a language code, rows CTranslate2 keeps as trained."""
+    if model.config.model_type != "marian":
+        return []
+    return pad_embedding_rows(model, pad_id)
+
+
+def zero_rows(rows: Iterable[Any]) -> float:
+    """Zero `rows` in place; returns the largest norm one had (0.0 when all were zero already)."""
+    import torch
+
+    largest = 0.0
+    with torch.no_grad():
+        for row in rows:
+            largest = max(largest, float(row.norm()))
+            row.zero_()
+    return largest
 
 
 def count_parameters(model: Any, trainable_only: bool = False) -> int:

@@ -8,6 +8,10 @@ classes and saved with save_pretrained, so tests run `model.init: pretrained` on
     mbart50       MBart50Tokenizer (tokenizer.json)                    MBartForConditionalGeneration, start </s>
     m2m100        M2M100Tokenizer (vocab.json, sentencepiece.bpe.model) M2M100ForConditionalGeneration
     nllb          NllbTokenizer (tokenizer.json)                       M2M100ForConditionalGeneration
+    opus-mt       MarianTokenizer as a hub OPUS-MT repository:         MarianMTModel as marian's, and the hub's
+                  source.spm and target.spm differ, no tokenizer       generation_config.json
+                  class
+    opus-mt-multi the same, >>deu<< >>fra<< in vocab.json only         MarianMTModel (OPUS-MT multi-target)
 
 Each vocabulary comes from a SentencePiece model trained here (seeded) on the embedded sample (assets/sample
 train.en/.de) plus the French lines below, laid out as the family's published checkpoints lay theirs out: Marian
@@ -251,6 +255,81 @@ def _nllb(out: Path) -> None:
     _seeded_model(lambda: M2M100ForConditionalGeneration(config)).save_pretrained(out)
 
 
+# ---------------------------------------------------------------------------------- OPUS-MT as the hub holds it
+
+# An OPUS-MT repository (Helsinki-NLP/opus-mt-en-de; opus-mt-en-mul for the multi-target one) as transformers'
+# Marian converter wrote it: a SentencePiece model per side (source.spm, target.spm: different pieces), one joint
+# vocab.json over both (</s> 0, <unk> 1, the pieces, <pad> appended last, its embedding row and logit bias zero),
+# a tokenizer_config.json naming the languages only (no tokenizer_class, none in config.json either), and the
+# generation settings in generation_config.json (decoding from <pad>, <pad> a bad word, beam 4, max_length 512).
+# The multi-target one's tags are vocab.json entries, not SentencePiece pieces: MarianTokenizer splits a leading
+# `>>xx<<` off itself.
+OPUS_MT_NAMES = ("opus-mt", "opus-mt-multi")
+
+
+def _lines_of(language: str) -> list[str]:
+    text = FRENCH if language == "fr" else (SAMPLE / f"train.{language}").read_text(encoding="utf-8")
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def language_spm(languages: tuple[str, ...]) -> bytes:
+    """A SentencePiece model (bytes) over the lines of `languages` only (en, de: the sample; fr: FRENCH), in the
+    Marian layout: </s>=0, <unk>=1, no <s>."""
+    key = ("languages", languages)
+    if key not in _spm_cache:
+        import sentencepiece as spm
+
+        spm.set_random_generator_seed(SEED)
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter([line for language in languages for line in _lines_of(language)]),
+            model_writer=model, model_type="unigram", vocab_size=VOCAB_SIZE, hard_vocab_limit=False,
+            character_coverage=1.0, byte_fallback=False, num_threads=1, minloglevel=2, eos_id=0, unk_id=1,
+            bos_id=-1, pad_id=-1)
+        _spm_cache[key] = model.getvalue()
+    return _spm_cache[key]
+
+
+def _pieces(spm_bytes: bytes) -> list[str]:
+    """The model's pieces without its control and unknown pieces (those vocab.json holds once, at 0 and 1)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=spm_bytes)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+
+
+def _opus_mt(out: Path, target_lang: str, targets: tuple[str, ...], tags: tuple[str, ...] = ()) -> None:
+    """An OPUS-MT repository from English to `target_lang` (its name's code: de, mul), its target.spm over the
+    `targets` languages' lines, with the target `tags` (multi-target)."""
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    source, target = language_spm(("en",)), language_spm(targets)
+    (out / "source.spm").write_bytes(source)
+    (out / "target.spm").write_bytes(target)
+    vocab = {EOS: 0, UNK: 1}
+    for token in (*tags, *_pieces(source), *_pieces(target)):
+        vocab.setdefault(token, len(vocab))
+    vocab[PAD] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(json.dumps({"target_lang": target_lang, "source_lang": "en"}),
+                                               encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": EOS, "unk_token": UNK, "pad_token": PAD}),
+                                                 encoding="utf-8")
+    pad, eos = vocab[PAD], vocab[EOS]
+    config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), pad_token_id=pad, eos_token_id=eos,
+                          bos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=eos,
+                          activation_function="swish", scale_embedding=True, share_encoder_decoder_embeddings=True,
+                          tie_word_embeddings=True, **{**_layers(), "dropout": 0.1})
+    model = _seeded_model(lambda: MarianMTModel(config))
+    with torch.no_grad():
+        model.get_input_embeddings().weight[pad].zero_()  # the converter appended <pad> as a zero row
+    model.generation_config = GenerationConfig(
+        bad_words_ids=[[pad]], bos_token_id=0, decoder_start_token_id=pad, eos_token_id=eos,
+        forced_eos_token_id=eos, max_length=512, num_beams=4, pad_token_id=pad, renormalize_logits=True)
+    model.save_pretrained(out)
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "marian": lambda out: _marian(out, ()),
     "marian-multi": lambda out: _marian(out, MARIAN_TAGS),
@@ -258,15 +337,18 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     "mbart50": lambda out: _mbart(out, fifty=True),
     "m2m100": _m2m100,
     "nllb": _nllb,
+    "opus-mt": lambda out: _opus_mt(out, "de", ("de",)),
+    "opus-mt-multi": lambda out: _opus_mt(out, "mul", ("de", "fr"), MARIAN_TAGS[:2]),
 }
 
 
 def build_tiny(family: str, out_dir: Path) -> Path:
-    """Save a tiny random checkpoint of `family` (one of FAMILY_NAMES) to `out_dir` (created if missing) and
-    return it: loadable by AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained."""
+    """Save a tiny random checkpoint of `family` (one of FAMILY_NAMES, or of OPUS_MT_NAMES: a Marian checkpoint laid
+    out as the hub's OPUS-MT repositories are) to `out_dir` (created if missing) and return it: loadable by
+    AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained."""
     global _cache_root
     if family not in BUILDERS:
-        raise ValueError(f"build_tiny: unknown family {family!r}; one of {', '.join(FAMILY_NAMES)}")
+        raise ValueError(f"build_tiny: unknown family {family!r}; one of {', '.join(BUILDERS)}")
     out_dir = Path(out_dir)
     if family not in _built:
         if _cache_root is None:

@@ -1,0 +1,211 @@
+"""The CTranslate2 model is gated as the ONNX graphs are: its greedy outputs against PyTorch's, per direction, with
+thresholds of its own (`export.ctranslate2_min_identical`, `export.ctranslate2_max_bleu_delta`); a failure names
+the parameter, the figures and what to do, and publishes nothing. What CTranslate2 changes is a Marian model's
+<pad> row (its converter drops it and starts the decoder from a zero vector), so that row is what training keeps
+at zero, for a Marian model only, and a model whose row is not zero fails the gate saying so.
+
+The stage runs here convert to CTranslate2 alone (`onnx: false`): the ONNX gate is test_export.py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.artifacts import Paths, read_json
+from pipeline.errors import ParityFailed
+from pipeline.languages import Directions
+from pipeline.params import parse
+from stages.export.gate import ctranslate2_failures, ctranslate2_fix, gate_message, parity_failures
+from tests.conftest import write_clean_splits
+from tests.unit.export_helpers import CTRANSLATE2_INSTALLED, one_torch_thread
+from tests.unit.test_export_families import redrawn, write_languages
+from tests.unit.tiny_checkpoints import build_tiny
+
+needs_ctranslate2 = pytest.mark.skipif(not CTRANSLATE2_INSTALLED,
+                                       reason="ctranslate2 is not installed (the `ct2` extra)")
+PARITY_SENTENCES = 8
+CTRANSLATE2_ONLY = {"onnx": False, "int8": False, "torchscript": False, "ctranslate2": True,
+                    "parity_sentences": PARITY_SENTENCES}
+
+
+def thresholds(**export):
+    return parse({"export": export}).export
+
+
+def direction_report(share: float, bleu_delta: float, n: int = 32) -> dict:
+    """One direction's parity report as parity.check_parity writes it: ONNX at parity, CTranslate2 as given."""
+    return {"n_sentences": n, "identical_share": 1.0, "emitted_pad": False,
+            "bleu": {"pytorch": 30.0, "onnx": 30.0, "delta": 0.0},
+            "ctranslate2": {"identical_share": share, "bleu": 30.0 + bleu_delta, "bleu_delta": bleu_delta}}
+
+
+# --------------------------------------------------------------------------------------------------- the gate
+
+
+def test_ctranslate2_outputs_below_its_threshold_fail_naming_the_parameter_and_the_figures():
+    failures = parity_failures(direction_report(0.0, -40.34, n=16), thresholds())
+    assert failures == [
+        "ctranslate2 greedy outputs identical to PyTorch for 0.00% of 16 sentences < "
+        "export.ctranslate2_min_identical 90.00%",
+        "ctranslate2 greedy BLEU differs from PyTorch by 40.34 > export.ctranslate2_max_bleu_delta 1.00",
+    ]
+
+
+def test_ctranslate2_is_held_to_its_own_thresholds_not_the_onnx_graphs():
+    # 95% identical passes its 90% although the ONNX graphs' min_identical is 99%; a BLEU gain is a difference too.
+    defaults = thresholds()
+    assert defaults.min_identical == 0.99 and defaults.ctranslate2_min_identical == 0.9
+    assert parity_failures(direction_report(0.95, -0.5), defaults) == []
+    assert len(parity_failures(direction_report(0.95, 2.0), defaults)) == 1
+    strict = thresholds(ctranslate2_min_identical=0.99, ctranslate2_max_bleu_delta=0.1)
+    assert len(parity_failures(direction_report(0.95, -0.5), strict)) == 2
+    assert parity_failures(direction_report(1.0, 0.0), strict) == []
+
+
+def test_an_export_without_ctranslate2_is_not_held_to_its_thresholds():
+    report = direction_report(0.0, -50.0)
+    del report["ctranslate2"]
+    assert ctranslate2_failures(report, thresholds()) == [] == parity_failures(report, thresholds())
+
+
+def test_a_nan_bleu_delta_fails():
+    assert len(ctranslate2_failures(direction_report(1.0, float("nan")), thresholds())) == 1
+
+
+def test_the_failure_message_names_each_direction_and_says_once_what_to_do():
+    report = {"directions": {"en-de": direction_report(0.5, -3.0), "en-fr": direction_report(1.0, 0.0)}}
+    message = gate_message(report, thresholds(), start_row_norm=0.53)
+    assert message.startswith("parity gate failed: en-de: ctranslate2 greedy outputs identical to PyTorch for "
+                              "50.00% of 32 sentences")
+    assert "en-fr" not in message
+    assert message.count("dvc repro train") == 1
+    assert gate_message({"directions": {"en-de": direction_report(1.0, 0.0)}}, thresholds(), 0.53) is None
+
+
+def test_the_fix_names_a_nonzero_pad_row_else_the_quantisation_else_the_converter():
+    assert "not zero (norm 0.53)" in ctranslate2_fix("int8", 0.53)
+    assert "starts Marian's decoder from a zero vector" in ctranslate2_fix("float32", 0.53)
+    int8 = ctranslate2_fix("int8", 0.0)
+    assert "in int8" in int8 and "export.ctranslate2_quantization" in int8
+    assert "export.ctranslate2_min_identical" in int8
+    assert "export.ctranslate2: false" in ctranslate2_fix("float32", None)
+
+
+# --------------------------------------------------------------------------------------------------- the stage
+
+
+def opus_mt_root(root: Path, pad_row_std: float) -> Paths:
+    """`root` as a project after fine-tuning the hub-shaped OPUS-MT en-de checkpoint: data/clean, and models/final
+    with redrawn (decisive) weights whose <pad> row is drawn with `pad_row_std` (0: zero, as training keeps it)."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    paths = Paths(root)
+    write_clean_splits(root, {"valid": PARITY_SENTENCES, "test": PARITY_SENTENCES})
+    build_tiny("opus-mt", paths.final_model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(paths.final_model)
+    redrawn(model)
+    if pad_row_std:  # redrawn keeps it at zero
+        with torch.no_grad():
+            pad_row = model.get_input_embeddings().weight[model.config.pad_token_id]
+            pad_row.normal_(0, pad_row_std, generator=torch.Generator().manual_seed(3))
+    model.save_pretrained(paths.final_model)
+    write_languages(paths.final_model, Directions.of(["en-de"]))
+    return paths
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("quantization", ["float32", "int8"])
+def test_a_marian_model_whose_pad_row_is_not_zero_fails_the_ctranslate2_gate_and_publishes_nothing(
+        quantization, tmp_path):
+    from stages import export
+
+    paths = opus_mt_root(tmp_path, pad_row_std=0.3)
+    params = parse({"export": {**CTRANSLATE2_ONLY, "ctranslate2_quantization": quantization}})
+    with one_torch_thread(), pytest.raises(ParityFailed) as failed:
+        export.run(params, paths)
+    message = str(failed.value)
+    assert "en-de: ctranslate2 greedy outputs identical to PyTorch for " in message
+    assert f"of {PARITY_SENTENCES} sentences < export.ctranslate2_min_identical 90.00%" in message
+    assert "<pad> embedding row" in message and "dvc repro train" in message
+    assert not paths.export.exists() and not paths.metrics("export").exists()
+
+
+@needs_ctranslate2
+def test_the_same_model_with_its_pad_row_at_zero_passes_and_reports_the_thresholds(tmp_path):
+    from stages import export
+
+    paths = opus_mt_root(tmp_path, pad_row_std=0.0)
+    with one_torch_thread():
+        export.run(parse({"export": {**CTRANSLATE2_ONLY, "ctranslate2_quantization": "float32"}}), paths)
+    report = read_json(paths.metrics("export"))
+    assert report["directions"]["en-de"]["ctranslate2"]["identical_share"] == 1.0
+    assert report["ctranslate2"]["thresholds"] == {"min_identical": 0.9, "max_bleu_delta": 1.0}
+    assert (paths.export / "ctranslate2" / "model.bin").is_file()
+
+
+# --------------------------------------------------------------------------------------------------- the rows
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("family", ["opus-mt", "opus-mt-multi", "marian-multi", "mbart", "mbart50", "m2m100", "nllb"])
+def test_training_keeps_at_zero_exactly_the_rows_ctranslate2_replaces_with_a_zero_start(family, tiny_checkpoint):
+    """CTranslate2's converter (its own spec, read before it is written) starts only Marian's decoder from a zero
+    vector and drops only Marian's last (<pad>) row; zero_start_rows names Marian's <pad> rows and nothing else,
+    and start_row_norm, which the gate's advice reads, is None for the others."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from stages.export.ctranslate2_model import _stated_converter, start_row_norm
+    from stages.train.model import zero_start_rows
+
+    directory = tiny_checkpoint(family)
+    model = AutoModelForSeq2SeqLM.from_pretrained(directory)
+    pad = model.config.pad_token_id
+    spec = _stated_converter(directory)._load()
+    marian = model.config.model_type == "marian"
+    assert spec.decoder.start_from_zero_embedding is marian
+    rows = model.get_input_embeddings().num_embeddings
+    assert spec.decoder.embeddings.weight.shape[0] == rows - marian
+    kept = zero_start_rows(model, pad)
+    assert len(kept) == marian
+    if marian:
+        assert pad == rows - 1  # the row the converter drops is <pad>
+        assert kept[0].data_ptr() == model.get_input_embeddings().weight[pad].data_ptr()
+        assert start_row_norm(model, pad) == 0.0
+    else:
+        assert start_row_norm(model, pad) is None
+
+
+def test_a_pretrained_marian_whose_pad_row_is_not_zero_is_zeroed_before_training_with_a_warning(
+        tmp_path, caplog):
+    """An OPUS-MT checkpoint fine-tuned elsewhere with its <pad> row trained: train zeroes the row before the first
+    update (saying so, with its norm) and keeps it at zero, so models/final is one CTranslate2 can run."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    from stages import tokenize, train
+
+    checkpoint = build_tiny("opus-mt", tmp_path / "checkpoint")
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+    pad = model.config.pad_token_id
+    with torch.no_grad():
+        model.get_input_embeddings().weight[pad].fill_(0.1)
+    model.save_pretrained(checkpoint)
+    write_clean_splits(tmp_path, {"train": 64, "valid": 8, "test": 8})
+    files = {split: {"pattern": f"corpus/{split}.{{lang}}"} for split in ("train", "valid", "test")}
+    params = parse({"data": {"source": "files", "directions": ["en-de"], "files": files},
+                    "model": {"init": "pretrained", "name_or_path": str(checkpoint)},
+                    "train": {"max_steps": 4, "threads": 1, "valid_bleu_sentences": 0, "max_tokens": 600,
+                              "log_every": 2, "valid_every": 4, "save_every": 4, "warmup_steps": 2, "lr": 3e-3}})
+    paths = Paths(tmp_path)
+    tokenize.run(params, paths)
+    with caplog.at_level("WARNING", logger="mtpipe.train"):
+        train.run(params, paths)
+    warnings = [r.getMessage() for r in caplog.records if "<pad> embedding row" in r.getMessage()]
+    assert len(warnings) == 1 and f"norm {0.1 * 32 ** 0.5:.3g}" in warnings[0], warnings
+    trained = AutoModelForSeq2SeqLM.from_pretrained(paths.final_model)
+    assert trained.get_input_embeddings().weight[pad].abs().max().item() == 0.0
+    # It trained: the other rows moved.
+    assert not torch.equal(trained.get_input_embeddings().weight[:pad], model.get_input_embeddings().weight[:pad])
