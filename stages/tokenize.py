@@ -40,7 +40,7 @@ import numpy as np
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import count_rows, iter_pair_batches
 from pipeline.errors import HubUnreachable, MissingArtifact, PipelineError
-from pipeline.families import Family, family_of, language_codes
+from pipeline.families import Family, checkpoint_codes, family_of
 from pipeline.languages import Directions, target_tag
 from pipeline.params import Params
 from pipeline.sequence_layout import DirectionLayout, ModelLanguages
@@ -235,24 +235,6 @@ def load_checkpoint(name: str) -> tuple[Any, Any]:
         ) from None
 
 
-def checkpoint_codes(family: Family, vocabulary: dict[str, int], directions: Directions,
-                     overrides: dict[str, str], where: str) -> dict[str, str]:
-    """{ISO code: the checkpoint's code} of what the tokenizer is told. A family that sets languages needs every
-    language's code; Marian only its targets' tags, and only when the checkpoint is multi-target (tags in its
-    vocabulary): a single-target one reads plain text and translates into its one language."""
-    if family.sets_languages:
-        return language_codes(family, directions.languages, vocabulary, overrides, where)
-    if family.codes_in(vocabulary):
-        return language_codes(family, directions.targets, vocabulary, overrides, where)
-    if directions.target_tags:
-        raise PipelineError(
-            f"{where}: data.directions {directions.names} need a target tag in front of every source "
-            f"({', '.join(directions.tags)}), which takes a multi-target MarianTokenizer with tags in its "
-            f"vocabulary; this checkpoint has a MarianTokenizer without {', '.join(directions.tags)} (no >>xx<< tag "
-            "at all: a single-target checkpoint, for one direction)")
-    return {}
-
-
 def checkpoint_encoder(tokenizer: Any, family: Family, directions: Directions, codes: dict[str, str]) -> PairEncoder:
     """Every row encoded by the checkpoint's tokenizer set to the row's direction: a batch's rows are grouped by
     direction, each group encoded in one call (stages/tokenizer_layout.encode_direction), and the ids put back in
@@ -285,7 +267,10 @@ def pretrained_tokenizer(params: Params, out_dir: Path, directions: Directions) 
     tokenizer, config = load_checkpoint(name)
     family = family_of(config.model_type, type(tokenizer).__name__, where)
     vocabulary = tokenizer_vocabulary(tokenizer)
-    codes = checkpoint_codes(family, vocabulary, directions, params.model.language_codes, where)
+    # The check check_params ran on the checkpoint's files where they were there to read, now on the tokenizer as
+    # it loaded (a hub checkpoint's files may only now have arrived), before anything is encoded.
+    declared = (getattr(tokenizer, "source_lang", None), getattr(tokenizer, "target_lang", None))
+    codes = checkpoint_codes(family, vocabulary, directions, params.model.language_codes, where, declared)
     # Saved before any direction is set, so the checkpoint's own src_lang/tgt_lang defaults travel with it.
     tokenizer.save_pretrained(out_dir / "hf_tokenizer")
     layouts = {str(d): measure_layout(tokenizer, family, config, d, codes, where) for d in directions.directions}

@@ -11,11 +11,17 @@ import pytest
 from pipeline.errors import PipelineError
 from pipeline.families import (
     FAMILIES,
+    DirectionNotTranslated,
     MissingLanguageCode,
     UnsupportedCheckpoint,
+    check_checkpoint_languages,
     check_local_checkpoint,
+    checkpoint_codes,
+    checkpoint_tokens,
+    declared_languages,
     family_of,
     language_codes,
+    languages_named,
 )
 from pipeline.languages import Directions
 from pipeline.sequence_layout import DirectionLayout, ModelLanguages, split_framing
@@ -92,20 +98,23 @@ def _checkpoint(directory: Path, model_type: str, tokenizer: str) -> Path:
     return directory
 
 
+EN_DE = Directions.of(["en-de"])
+
+
 def test_params_check_reads_a_local_checkpoints_family_without_loading_it(tmp_path):
     assert check_local_checkpoint(_checkpoint(tmp_path / "ok", "mbart", "MBart50Tokenizer")).name == "mbart50"
-    check_checkpoint(str(tmp_path / "ok"))
+    check_checkpoint(str(tmp_path / "ok"), EN_DE, {})
     with pytest.raises(UnsupportedCheckpoint, match="t5"):
-        check_checkpoint(str(_checkpoint(tmp_path / "t5", "t5", "T5Tokenizer")))
+        check_checkpoint(str(_checkpoint(tmp_path / "t5", "t5", "T5Tokenizer")), EN_DE, {})
     (tmp_path / "empty").mkdir()
     with pytest.raises(UnsupportedCheckpoint, match="no config.json"):
-        check_checkpoint(str(tmp_path / "empty"))
+        check_checkpoint(str(tmp_path / "empty"), EN_DE, {})
 
 
 def test_params_check_refuses_a_missing_directory_but_lets_hub_names_through(tmp_path):
     with pytest.raises(PipelineError, match="model.name_or_path .*no such directory"):
-        check_checkpoint(str(tmp_path / "models" / "final"))
-    check_checkpoint("facebook/mbart-large-50")  # tokenize loads it (or says the hub is unreachable)
+        check_checkpoint(str(tmp_path / "models" / "final"), EN_DE, {})
+    check_checkpoint("facebook/mbart-large-50", EN_DE, {})  # tokenize loads it (or says the hub is unreachable)
 
 
 def test_split_framing_finds_the_special_ids_around_the_pieces():
@@ -132,3 +141,65 @@ def test_a_languages_file_without_layouts_says_so(tmp_path):
     Directions.of(["en-de"]).write(tmp_path)
     with pytest.raises(ValueError, match="no layout"):
         ModelLanguages.read(tmp_path)
+
+
+@pytest.mark.parametrize(("declared", "languages"), [
+    ("de", {"de"}), ("deu", {"de"}), ("fr+fr_BE+es", {"fr", "es"}), ("en,de", {"en", "de"}),
+    # Groups, the ISO 639-5 "multiple languages" and codes outside the built-in map tell nothing: not checked.
+    ("ROMANCE", None), ("mul", None), ("ZH", None), ("fr+ROMANCE", None), ("cmn", None), (None, None), ("", None),
+])
+def test_a_declared_source_or_target_names_the_languages_it_can_be_told_to_be(declared, languages):
+    assert languages_named(declared) == languages
+
+
+def test_checkpoint_codes_refuses_a_direction_outside_a_single_target_checkpoint_s_declared_languages():
+    marian, de_en = FAMILY["marian"], Directions.of(["de-en"])
+    with pytest.raises(DirectionNotTranslated, match=r"ckpt translates en-de \(its tokenizer_config.json: "
+                                                     r"source_lang 'en', target_lang 'de'\), not de-en"):
+        checkpoint_codes(marian, ["</s>", "▁a"], de_en, {}, "ckpt", ("en", "de"))
+    assert checkpoint_codes(marian, ["</s>", "▁a"], de_en, {}, "ckpt", ("de", "en")) == {}
+    assert checkpoint_codes(marian, ["</s>", "▁a"], de_en, {}, "ckpt") == {}  # nothing declared: nothing to refuse
+
+
+def test_a_multi_target_checkpoint_s_targets_are_its_tags_and_its_source_its_declared_source():
+    tags = [">>deu<<", ">>fra<<"]
+    marian = FAMILY["marian"]
+    # opus-mt-en-mul style: target_lang "mul" names nothing, the tags say which targets there are.
+    codes = checkpoint_codes(marian, tags, Directions.of(["en-de", "en-fr"]), {}, "ckpt", ("en", "mul"))
+    assert codes == {"de": ">>deu<<", "fr": ">>fra<<"}
+    with pytest.raises(DirectionNotTranslated, match=r"translates from en .*'fr' is not its source language"):
+        checkpoint_codes(marian, tags, Directions.of(["en-de", "fr-de"]), {}, "ckpt", ("en", "mul"))
+
+
+def _write_json(directory: Path, name: str, data: object) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_codes_are_read_from_every_file_a_published_tokenizer_keeps_them_in(tmp_path):
+    # facebook/mbart-large-50-many-to-many-mmt has no tokenizer.json: its codes are listed as special tokens.
+    mmt = tmp_path / "mmt"
+    _write_json(mmt, "config.json", {"model_type": "mbart"})
+    _write_json(mmt, "tokenizer_config.json", {"tokenizer_class": "MBart50Tokenizer",
+                                               "additional_special_tokens": ["de_DE", "en_XX"]})
+    _write_json(mmt, "special_tokens_map.json", {"additional_special_tokens": [{"content": "fr_XX"}]})
+    assert FAMILY["mbart50"].codes_in(checkpoint_tokens(mmt)) == ["de_DE", "en_XX", "fr_XX"]
+    # M2M-100: vocab.json holds the pieces only, the codes come as added tokens; tokenizer.json lists added tokens.
+    m2m = tmp_path / "m2m"
+    _write_json(m2m, "vocab.json", {"<s>": 0, "▁de": 1})
+    _write_json(m2m, "added_tokens.json", {"__de__": 2})
+    _write_json(m2m, "tokenizer.json", {"added_tokens": [{"id": 3, "content": "__en__"}],
+                                        "model": {"type": "Unigram", "vocab": [["▁x", -1.0]]}})
+    _write_json(m2m, "tokenizer_config.json", {"added_tokens_decoder": {"4": {"content": "__fr__"}},
+                                               "extra_special_tokens": {"lang": "__cs__"}})
+    assert checkpoint_tokens(m2m) >= {"▁de", "▁x", "__de__", "__en__", "__fr__", "__cs__"}
+    assert declared_languages(m2m) == (None, None)
+
+
+def test_files_without_the_codes_a_family_needs_leave_the_check_to_the_loaded_tokenizer(tmp_path):
+    # MBart50Tokenizer adds its 52 codes itself when it loads, so files that list none cannot refuse a language.
+    listed_none = _checkpoint(tmp_path / "mbart50", "mbart", "MBart50Tokenizer")
+    assert check_checkpoint_languages(listed_none, Directions.of(["en-xh"]), {}, "ckpt") is None
+    # A Marian tokenizer without its vocab.json: whether it has tags cannot be told.
+    no_vocab = _checkpoint(tmp_path / "marian", "marian", "MarianTokenizer")
+    assert check_checkpoint_languages(no_vocab, Directions.of(["en-de", "en-fr"]), {}, "ckpt") is None
