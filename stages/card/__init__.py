@@ -3,8 +3,8 @@
 The card needs the evaluate and export stages' figures, but `models/final` is the train stage's output and DVC
 lets one stage only write into a directory. So this stage, after evaluate and export, writes `models/release/`:
 the files of `models/final` (hard links where the filesystem allows, else copies; DVC's cache stores identical
-content once either way) and `README.md`. That directory is what goes to the Hugging Face Hub or a model registry:
-`huggingface-cli upload <repo> models/release`.
+content once, and checks both directories out as links to it: .dvc/config's cache.type) and `README.md`. That
+directory is what goes to the Hugging Face Hub or a model registry: `hf upload <repo> models/release`.
 
 The languages and directions come from params (data.directions); the scores from metrics/eval.json, one entry per
 test set and direction; a fine-tuned checkpoint's family, sizes and language codes from models/final.
@@ -18,12 +18,10 @@ test set and direction; a fine-tuned checkpoint's family, sizes and language cod
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import Paths, atomic_path, read_json
+from pipeline.artifacts import Paths, atomic_path, link_or_copy, read_json
 from pipeline.errors import MissingArtifact
 from pipeline.params import Params
 from pipeline.run_figures import export_parity, read_evaluation, training_run
@@ -34,17 +32,14 @@ from stages.card.metadata import card_metadata
 CARD_FILE = "README.md"
 
 
-def link_or_copy(source_dir: Path, target_dir: Path) -> int:
+def link_or_copy_tree(source_dir: Path, target_dir: Path) -> int:
     """Every file of `source_dir` into `target_dir` (made), hard-linked where possible; returns the file count."""
     target_dir.mkdir(parents=True)
     files = sorted(p for p in source_dir.rglob("*") if p.is_file())
     for source in files:
         target = target_dir / source.relative_to(source_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, target)
-        except OSError:  # another filesystem, or one without hard links
-            shutil.copy2(source, target)
+        link_or_copy(source, target)
     return len(files)
 
 
@@ -77,7 +72,7 @@ def card_text(card: CardInputs) -> str:
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     card = read_inputs(params, paths)
     with atomic_path(paths.release) as out:
-        files = link_or_copy(paths.final_model, out)
+        files = link_or_copy_tree(paths.final_model, out)
         # Unlinked first: were the model directory ever to hold a README.md, writing through its hard link would
         # change models/final too.
         (out / CARD_FILE).unlink(missing_ok=True)

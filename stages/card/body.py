@@ -94,8 +94,12 @@ def _direction_rows(card: CardInputs) -> list[tuple[Any, ...]]:
 def data_section(card: CardInputs) -> list[str]:
     manifest, clean = card.manifest, card.clean.get("splits", {})
     source = manifest.get("source", "?")
+    revision = f"revision {manifest.get('revision') or 'latest'}"
+    hub = ("a local copy of the Hugging Face dataset layout at " if manifest.get("dataset_is_local")
+           else "the Hugging Face dataset ") + f"`{manifest.get('dataset', '')}`"
     described = {"sample": "the embedded sample corpus of mtpipe", "files": "local files",
-                 "wmt14": f"WMT14 ({manifest.get('dataset', '')}, revision {manifest.get('revision') or 'latest'})"}
+                 "wmt14": f"WMT14 ({manifest.get('dataset', '')}, {revision})",
+                 "hub": hub + ("" if manifest.get("dataset_is_local") else f" ({revision})")}
     rows = []
     for split, read in manifest.get("splits", {}).items():
         kept = clean.get(split, {})

@@ -26,10 +26,32 @@ def model_name(params: Params) -> str:
     return params.card.name or f"mtpipe-{'-'.join(params.data.pairs.languages)}"
 
 
+def hub_dataset(manifest: dict[str, Any]) -> str | None:
+    """The Hub id the data was downloaded from; None for other data, a local copy of a Hub dataset included."""
+    return None if manifest.get("dataset_is_local") else manifest.get("dataset")
+
+
 def datasets(params: Params, manifest: dict[str, Any]) -> list[str]:
-    """Hub ids of the training data: the download's own (wmt14) and those card.datasets names, once each."""
-    ids = ([manifest["dataset"]] if manifest.get("dataset") else []) + list(params.card.datasets)
-    return list(dict.fromkeys(ids))
+    """Hub ids of the training data: the download's own (data.source hub, wmt14) and those card.datasets names,
+    once each."""
+    own = hub_dataset(manifest)
+    return list(dict.fromkeys(([own] if own else []) + list(params.card.datasets)))
+
+
+# A result's dataset `type` is a Hub dataset id where the data has one; data from elsewhere is named by where it
+# came from instead (the test set's own name is in the result's `name`). `datasets` lists Hub ids only: anything
+# else there would be a broken link on the Hub.
+LOCAL_DATA = {"sample": "mtpipe-embedded-sample", "files": "local-files"}
+
+
+def dataset_type(manifest: dict[str, Any]) -> str:
+    """The Hub id of the data (wmt/wmt14), else what the data was: the embedded sample or local files."""
+    if hub_dataset(manifest):
+        return str(manifest["dataset"])
+    if manifest.get("dataset_is_local"):
+        return "local-files"
+    source = str(manifest.get("source") or "files")
+    return LOCAL_DATA.get(source, source)
 
 
 def direction_of(scored: ScoredTestSet, params: Params) -> Direction:
@@ -38,18 +60,15 @@ def direction_of(scored: ScoredTestSet, params: Params) -> Direction:
 
 
 def dataset_config(direction: Direction, manifest: dict[str, Any]) -> str:
-    """The `load_dataset` config the pair comes from: WMT14 names its pairs xx-en, whichever way they are
-    translated (stages/download.py reads them so); other data has none, the direction stands in."""
-    if manifest.get("source") == "wmt14":
-        other = direction.tgt if direction.src == "en" else direction.src
-        return f"{other}-en"
-    return str(direction)
+    """The `load_dataset` config the pair came from, as the download recorded it (WMT14's de-en serves en-de);
+    data without configurations has none, and the direction stands in."""
+    return str(manifest.get("configs", {}).get(str(direction), direction))
 
 
 def _result(scored: ScoredTestSet, params: Params, manifest: dict[str, Any]) -> dict[str, Any]:
     direction = direction_of(scored, params)
     dataset: dict[str, Any] = {"name": f"{scored.test_set} {direction}",
-                               "type": manifest.get("dataset") or scored.test_set,
+                               "type": dataset_type(manifest),
                                "config": dataset_config(direction, manifest)}
     if manifest.get("revision"):
         dataset["revision"] = manifest["revision"]

@@ -86,7 +86,8 @@ def test_the_card_metadata_parses_and_matches_eval_json(released):
         test_set = result["dataset"]["name"].split()[0]
         scores = eval_json[test_set]["en-de"]
         assert result["task"] == {"type": "translation", "name": "Translation en-de"}
-        assert result["dataset"] == {"name": f"{test_set} en-de", "type": test_set, "config": "en-de"}
+        # Local files have no Hub id: the type says where the data came from, the name which test set it is.
+        assert result["dataset"] == {"name": f"{test_set} en-de", "type": "local-files", "config": "en-de"}
         shown = {m["type"]: (m["value"], m["args"]["signature"]) for m in result["metrics"]}
         assert shown == {name: (scores[name], scores["signature"][name]) for name in ("bleu", "chrf", "ter")}
 
@@ -162,7 +163,8 @@ def test_a_run_that_reached_its_planned_steps_has_no_warning_on_its_card(release
 
 
 def test_wmt14_data_names_its_dataset_and_revision(tiny_model_dir, tmp_path):
-    manifest = {**MANIFEST, "source": "wmt14", "dataset": "wmt/wmt14", "revision": "b199e40"}
+    manifest = {**MANIFEST, "source": "wmt14", "dataset": "wmt/wmt14", "revision": "b199e40",
+                "configs": {"en-de": "de-en"}}
     paths = project(tmp_path, tiny_model_dir, manifest)
     card.run(parse({"card": {"datasets": ["wmt/wmt14", "my-org/extra"], "name": "my-en-de"}}), paths)
     metadata, body = front_matter(paths.release / "README.md")
@@ -278,3 +280,11 @@ def test_the_default_name_joins_every_language_once():
     assert card.metadata.model_name(multi_params(["en-de", "en-fr", "en-cs"])) == "mtpipe-en-de-fr-cs"
     assert card.metadata.model_name(parse({})) == "mtpipe-en-de"
     assert card.metadata.model_name(multi_params(["en-de", "de-en"])) == "mtpipe-en-de"
+
+
+def test_a_results_dataset_type_is_the_hub_id_or_says_where_the_data_came_from():
+    from stages.card.metadata import dataset_type
+
+    assert dataset_type({"source": "wmt14", "dataset": "wmt/wmt14"}) == "wmt/wmt14"
+    assert dataset_type({"source": "sample"}) == "mtpipe-embedded-sample"
+    assert dataset_type({"source": "files"}) == "local-files"

@@ -127,6 +127,7 @@ def test_workdir_is_workspace_and_git_trusts_it():
 def test_hf_home_is_on_a_declared_volume_and_python_is_unbuffered():
     variables = env(default_target())
     assert variables["HF_HOME"] == "/cache/huggingface" and variables["PYTHONUNBUFFERED"] == "1"
+    assert variables["SACREBLEU"] == "/cache/sacrebleu"  # sacreBLEU's test sets are cached on a volume too
     assert variables["HF_HOME"] in yaml.safe_load(last(default_target(), "VOLUME"))
 
 
@@ -233,8 +234,9 @@ def test_gpu_services_reserve_every_nvidia_gpu_and_16gb_of_shared_memory(name):
 def test_pipeline_runs_dvc_repro_on_the_mounted_repository_with_a_named_hf_cache():
     pipeline = SERVICES["pipeline"]
     assert pipeline["command"] == ["dvc", "repro"] and pipeline["environment"]["NCCL_DEBUG"] == "WARN"
-    assert {"..:/workspace", "hf-cache:/cache/huggingface"} <= set(pipeline["volumes"])
-    assert "hf-cache" in COMPOSE["volumes"]
+    caches = {"..:/workspace", "hf-cache:/cache/huggingface", "sacrebleu-cache:/cache/sacrebleu"}
+    assert caches <= set(pipeline["volumes"])
+    assert {"hf-cache", "sacrebleu-cache"} <= set(COMPOSE["volumes"])
 
 
 def test_published_ports_are_bound_to_localhost_only():

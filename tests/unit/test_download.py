@@ -1,4 +1,5 @@
-"""download stage: aligned text files (plain or .gz), the embedded sample and WMT14 into `data/raw/<split>.parquet`."""
+"""download stage: aligned text files (plain or .gz), the embedded sample and WMT14 (the hub source's preset) into
+`data/raw/<split>.parquet`."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from pipeline import artifacts
 from pipeline.artifacts import Paths
 from pipeline.errors import CorpusMisaligned, HubUnreachable, InputFileError, PipelineError
-from pipeline.params import parse
+from pipeline.params import HUB_PRESETS, parse
 from stages import download
 from tests.conftest import MULTI30K
+from tests.unit.hub_layouts import redirect_hub, write_translation_repo
 
 TRAIN = [
     ("A dog runs in the park.", "Ein Hund rennt im Park."),
@@ -493,18 +495,9 @@ def test_wmt14_fails_fast_when_the_hub_endpoint_refuses_connections(tmp_path, mo
 
 
 def test_wmt14_reads_the_pair_in_the_configured_direction_at_one_recorded_revision(tmp_path, monkeypatch):
-    # The hub is replaced by a fake with the shape `datasets` streams: {"translation": {lang: text}} rows.
-    calls = []
-
-    def fake_load(config, split, revision):
-        calls.append((config, split, revision))
-        size = {"train": 10, "validation": 3, "test": 2}[split]
-        rows = [{"translation": {"de": f"Satz {split} {i}", "en": f"sentence {split} {i}"}} for i in range(size)]
-        return rows, size
-
-    monkeypatch.setattr(download, "_check_hub_reachable", lambda: None)
-    monkeypatch.setattr(download, "_resolve_revision", lambda revision: "0123abc")
-    monkeypatch.setattr(download, "_load_wmt14", fake_load)
+    # wmt/wmt14 resolves to one commit, and its files come from a local copy of the hub repository's layout.
+    mirror = write_translation_repo(tmp_path / "wmt14", ["de-en"], {"train": 10, "validation": 3, "test": 2})
+    calls = redirect_hub(monkeypatch, mirror, "0123abc")
     paths = Paths(tmp_path)
 
     metrics = download.run(
@@ -512,12 +505,13 @@ def test_wmt14_reads_the_pair_in_the_configured_direction_at_one_recorded_revisi
     )
 
     assert metrics == {"source": "wmt14", "train_pairs": 5, "valid_pairs": 3, "newstest2014_pairs": 2}
-    assert {c[0] for c in calls} == {"de-en"} and {c[2] for c in calls} == {"0123abc"}
+    assert calls and set(calls) == {("wmt/wmt14", "0123abc")}
     train = read_split(paths, "train")
-    assert train["src"][0] == "Satz train 1" and train["tgt"][0] == "sentence train 1"  # every second of 10
+    assert train["src"][0] == "de train 1" and train["tgt"][0] == "en train 1"  # every second of 10
     assert train["line"] == [2, 4, 6, 8, 10] and set(train["origin"]) == {"wmt/wmt14:de-en:train"}
     manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["revision"] == "0123abc" and manifest["dataset"] == "wmt/wmt14"
+    assert manifest["configs"] == {"de-en": "de-en"}
     assert manifest["splits"] == {"train": 5, "valid": 3, "newstest2014": 2}
 
 
@@ -564,9 +558,8 @@ def test_wmt14_streams_through_datasets_from_a_repository_laid_out_like_the_hubs
             mirror / "de-en" / f"{split}-00000-of-00001.parquet"
         )
     (mirror / "README.md").write_text(HUB_README, encoding="utf-8")
-    monkeypatch.setattr(download, "WMT14_DATASET", str(mirror))
-    monkeypatch.setattr(download, "_check_hub_reachable", lambda: None)
-    monkeypatch.setattr(download, "_resolve_revision", lambda revision: None)
+    # data.source: wmt14 is a preset of the hub source: pointing the preset at the local copy reads it offline.
+    monkeypatch.setitem(HUB_PRESETS["wmt14"], "path", str(mirror))
     paths = Paths(tmp_path / "project")
 
     metrics = download.run(parse({"data": {"source": "wmt14", "max_train_pairs": 4}}), paths)
@@ -800,39 +793,33 @@ def test_the_sample_gives_both_of_its_directions_in_one_file_per_split(tmp_path)
 
 
 def test_wmt14_reads_each_direction_from_its_config_in_its_orientation_into_one_file(tmp_path, monkeypatch):
-    calls = []
-
-    def fake_load(config, split, revision):
-        calls.append((config, split))
-        x = config.split("-")[0]
-        size = {"train": 6, "validation": 2, "test": 1}[split]
-        rows = [{"translation": {x: f"{x} {split} {i}", "en": f"en/{x} {split} {i}"}} for i in range(size)]
-        return rows, size
-
-    monkeypatch.setattr(download, "_check_hub_reachable", lambda: None)
-    monkeypatch.setattr(download, "_resolve_revision", lambda revision: "0123abc")
-    monkeypatch.setattr(download, "_load_wmt14", fake_load)
+    mirror = write_translation_repo(tmp_path / "wmt14", ["de-en", "ru-en", "fr-en"],
+                                    {"train": 6, "validation": 2, "test": 1})
+    calls = redirect_hub(monkeypatch, mirror, "0123abc")
     paths = Paths(tmp_path)
 
     data = {"source": "wmt14", "directions": ["en-de", "ru-en"], "max_train_pairs": 3}
     metrics = download.run(parse({"data": data}), paths)
 
-    assert {config for config, _ in calls} == {"de-en", "ru-en"}
+    assert {revision for _, revision in calls} == {"0123abc"}
     assert metrics == {"source": "wmt14", "train_pairs": 6, "valid_pairs": 4, "newstest2014_pairs": 2,
                        "train_pairs_en-de": 3, "train_pairs_ru-en": 3}
     train = rows_of(paths, "train")
     assert [(a, b, s, t) for a, b, s, t, _ in train] == [
-        ("en", "de", f"en/de train {i}", f"de train {i}") for i in (1, 3, 5)
-    ] + [("ru", "en", f"ru train {i}", f"en/ru train {i}") for i in (1, 3, 5)]
+        ("en", "de", f"en train {i}", f"de train {i}") for i in (1, 3, 5)
+    ] + [("ru", "en", f"ru train {i}", f"en train {i}") for i in (1, 3, 5)]
     assert set(read_split(paths, "newstest2014")["origin"]) == {"wmt/wmt14:de-en:test", "wmt/wmt14:ru-en:test"}
     manifest = json.loads((paths.raw / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["rows_per_direction"]["valid"] == {"en-de": 2, "ru-en": 2}
+    assert manifest["configs"] == {"en-de": "de-en", "ru-en": "ru-en"}
     assert set(manifest["subsample"]) == {"en-de", "ru-en"}
 
 
 def test_wmt14_config_is_the_pair_with_english_whatever_the_orientation():
     from pipeline.languages import Direction
+    from stages.download.hub import choose_config
 
-    assert [download.wmt14_config(Direction.parse(d)) for d in ("en-cs", "cs-en", "hi-en", "en-ru")] == [
-        "cs-en", "cs-en", "hi-en", "ru-en"
-    ]
+    configs = ["cs-en", "de-en", "fr-en", "hi-en", "ru-en"]
+    directions = ("en-cs", "cs-en", "hi-en", "en-ru")
+    chosen = [choose_config(Direction.parse(d), configs, None, "wmt/wmt14") for d in directions]
+    assert chosen == ["cs-en", "cs-en", "hi-en", "ru-en"]

@@ -27,13 +27,12 @@ from pathlib import Path, PurePath
 from pipeline.artifacts import SAMPLE_DIR
 from pipeline.errors import CorpusMisaligned, InputFileError, PipelineError
 from pipeline.languages import Direction, Directions
-from pipeline.params import LanguageFiles, MosesDir, Params, SplitFiles, TsvFile
+from pipeline.params import SAMPLE_SPLITS, LanguageFiles, MosesDir, Params, SplitFiles, TsvFile
 
 Pair = tuple[str, str, str, int]  # src, tgt, origin, line (1-based)
 # direction -> its inputs of one split, in data.directions order; a direction the split does not hold has none.
 SplitInputs = dict[Direction, list["Input"]]
 
-SAMPLE_SPLITS = ("train", "valid", "test")
 # NAME.<lang> or NAME.<lang>.gz in a Moses-style directory.
 MOSES_FILE = re.compile(r"^(?P<name>.+?)\.(?P<lang>[a-z]{2,3})(?P<gz>\.gz)?$")
 

@@ -1,29 +1,24 @@
 """download: bring the parallel corpus into `data/raw/<split>.parquet` (PAIR_SCHEMA: src, tgt, src_lang, tgt_lang,
 origin, line), every direction of `data.directions` in one file per split.
 
-Three sources (`data.source`):
-- `sample`: the corpus the project ships in `assets/sample/` (train/valid/test, English-German), offline, for
-            en-de and/or de-en;
-- `files`:  `data.files.<split>` is one entry or a list of entries: `{src, tgt, direction}` (two aligned files),
-            `{tsv, columns}` (two tab-separated columns), `{dir, prefix}` (Moses-style NAME.<lang> files) or
-            `{pattern}` (one line-aligned file per language); stages/download_inputs.py says which directions each
-            serves, and checks every file and every direction's inputs before anything is read;
-- `wmt14`:  WMT14 through Hugging Face `datasets` (train, newstest2013 as valid, newstest2014 as test), each
-            direction from its config ({x}-en for en-x and x-en) at one resolved revision, streamed so memory
-            stays bounded; with no route to the hub it fails at once and says what to do.
-A split's rows come direction by direction in data.directions order (within a direction, entries in order). Every
-row carries its languages, its `origin` (the input file as written in params.yaml, or the dataset, config and
-split) and its 1-based `line` there. `data.max_train_pairs` caps each direction's training pairs. Rows are streamed
-into Parquet in row groups; nothing is filtered here: bad input is an error naming the file, line and direction.
-`manifest.json` records the source, the directions, the revision when known, rows per split and per direction,
-each direction's subsample and the sha256 of every input file.
+Sources (`data.source`): `sample`, the corpus the project ships in `assets/sample/` (English-German, offline);
+`files`, local files named by `data.files.<split>` (inputs.py says which directions each entry serves, and checks
+every file before anything is read); `hub`, a Hugging Face dataset that holds translations, by hub id or local
+directory (hub.py), with `wmt14` its preset (train, newstest2013 as valid, newstest2014 as test). Besides them,
+every sacreBLEU test set `evaluate.sacrebleu_test_sets` names becomes a test split, fetched through sacreBLEU's
+downloader and cache (pipeline/sacrebleu_sets.py), checked with the rest before anything is written. A split's
+rows come direction by direction in data.directions order. Every row carries its languages, its `origin` (the
+input file as written in params.yaml, the dataset, config and split, or sacreBLEU's file) and its 1-based `line`
+there. `data.max_train_pairs` caps each direction's training pairs. Rows are streamed into Parquet in row groups;
+nothing is filtered here: bad input is an error naming the file, line and direction. `manifest.json` records the
+source, the directions, the dataset and the commit read, rows per split and per direction, each direction's
+subsample and the sha256 of every input file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -35,18 +30,17 @@ import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, write_json
 from pipeline.corpus import BATCH_ROWS, PAIR_SCHEMA
-from pipeline.errors import HubUnreachable, PipelineError
+from pipeline.errors import PipelineError
 from pipeline.languages import Direction
 from pipeline.params import DataParams, Params
-from stages.download_inputs import Input, Pair, resolve_inputs, split_pairs
+from pipeline.sacrebleu_sets import TestSetText, check_test_sets, fetch, sha256_of, split_name
+from stages.download.hub import HubDataset
+from stages.download.inputs import Input, Pair, resolve_inputs, split_pairs
 
 log = logging.getLogger("mtpipe.download")
 
 # One direction's pairs of a split, as they are written.
 Stream = tuple[Direction, Iterable[Pair]]
-
-WMT14_DATASET = "wmt/wmt14"
-WMT14_SPLITS = {"train": "train", "valid": "validation", "newstest2014": "test"}
 
 
 @dataclass
@@ -56,7 +50,8 @@ class Downloaded:
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> direction -> rows
     inputs: dict[str, str] = field(default_factory=dict)  # input file -> sha256
     subsample: dict[str, dict[str, Any]] = field(default_factory=dict)  # direction -> how its train was capped
-    dataset: dict[str, Any] = field(default_factory=dict)  # wmt14: the dataset and the revision read
+    dataset: dict[str, Any] = field(default_factory=dict)  # hub: the dataset, the commit and configs read
+    sacrebleu: dict[str, Any] = field(default_factory=dict)  # test set -> its split and files
 
 
 # --- subsampling ------------------------------------------------------------------------------------------
@@ -135,87 +130,59 @@ def _counted(rows: dict[str, int]) -> str:
     return f"{sum(rows.values())} pairs ({', '.join(f'{d} {n}' for d, n in rows.items())})"
 
 
-# --- WMT14 ----------------------------------------------------------------------------------------------------
+# --- a hub dataset ------------------------------------------------------------------------------------------
 
 
-def _check_hub_reachable(timeout: float = 5.0) -> None:
-    """Fail at once, not after datasets' retry loop, when the hub cannot be reached."""
-    hint = (
-        "Hugging Face hub is unreachable{why}, so WMT14 cannot be downloaded. Download it where you have network "
-        "access, or point data.source: files at local parallel files (data.files.<split>: {{src, tgt}}, {{tsv}}, "
-        "{{dir}} or {{pattern}}, plain or .gz)."
-    )
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
-            raise HubUnreachable(hint.format(why=f" ({var} is set)"))
-    import urllib.error
-    import urllib.request
-
-    from huggingface_hub import constants
-
-    url = f"{constants.ENDPOINT}/api/datasets/{WMT14_DATASET}"
-    try:
-        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
-    except (urllib.error.URLError, OSError) as err:
-        if isinstance(err, urllib.error.HTTPError) and err.code < 500:
-            return  # the hub answered (e.g. 401/404 from a gated endpoint): reachable
-        raise HubUnreachable(hint.format(why=f" ({url}: {getattr(err, 'reason', err)})")) from None
-
-
-def _resolve_revision(revision: str | None) -> str | None:
-    """The commit of the dataset repository that `revision` (null: the default branch) points to now, so every
-    split is read from the same commit and the manifest can name it."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        return HfApi().dataset_info(WMT14_DATASET, revision=revision).sha or revision
-    except HfHubHTTPError as err:
-        raise PipelineError(f"{WMT14_DATASET}: cannot resolve revision {revision or 'main'!r}: {err}") from None
-
-
-def _load_wmt14(config: str, split: str, revision: str | None) -> tuple[Iterable[dict[str, Any]], int | None]:
-    """The streamed rows of one WMT14 split and its size when the dataset card states it."""
-    from datasets import load_dataset
-
-    dataset = load_dataset(WMT14_DATASET, config, split=split, streaming=True, revision=revision)
-    splits = getattr(dataset.info, "splits", None) or {}
-    info = splits.get(split) if hasattr(splits, "get") else None
-    return dataset, getattr(info, "num_examples", None) or None
-
-
-def wmt14_config(direction: Direction) -> str:
-    """The WMT14 config that holds a direction: `x-en` for both en-x and x-en (params allows no other pair)."""
-    return f"{direction.tgt if direction.src == 'en' else direction.src}-en"
-
-
-def wmt14_split(direction: Direction, split: str, revision: str | None) -> tuple[Iterator[Pair], int | None]:
-    """One direction's pairs of a WMT14 split, oriented as the direction says, and their number when known."""
-    config = wmt14_config(direction)
-    rows, total = _load_wmt14(config, WMT14_SPLITS[split], revision)
-    origin = f"{WMT14_DATASET}:{config}:{WMT14_SPLITS[split]}"
-
-    def pairs() -> Iterator[Pair]:
-        for n, row in enumerate(rows, start=1):
-            yield row["translation"][direction.src], row["translation"][direction.tgt], origin, n
-
-    return pairs(), total
-
-
-def download_wmt14(params: Params, out: Path) -> Downloaded:
-    _check_hub_reachable()
-    revision = _resolve_revision(params.data.revision)
-    done = Downloaded(dataset={"dataset": WMT14_DATASET, "revision": revision})
-    for split in WMT14_SPLITS:
+def download_hub(params: Params, root: Path, out: Path) -> Downloaded:
+    """Every split of the hub dataset, each direction from its configuration; everything each direction reads is
+    checked to exist before the first row is written."""
+    hub = params.data.hub_dataset()
+    assert hub is not None  # params: source hub has data.hub; a preset has its own
+    dataset = HubDataset(hub, root)
+    configs = dataset.configs()
+    sources = [dataset.direction_source(d, configs) for d in params.data.pairs.directions]
+    done = Downloaded(dataset={"dataset": hub.path, "dataset_is_local": dataset.local, "revision": dataset.revision,
+                               "configs": {str(s.direction): s.config for s in sources},
+                               "dataset_splits": dict(hub.splits)})
+    for split in hub.splits:
         streams: list[Stream] = []
-        for direction in params.data.pairs.directions:
-            pairs, total = wmt14_split(direction, split, revision)
+        for source in sources:
+            pairs: Iterable[Pair] = dataset.pairs(source, split)
             if split == "train":
-                pairs = subsampled(pairs, params.data, total, direction, done.subsample)
-            streams.append((direction, pairs))
+                pairs = subsampled(pairs, params.data, source.splits[split][1], source.direction, done.subsample)
+            streams.append((source.direction, pairs))
         done.rows[split] = write_split(streams, out / f"{split}.parquet")
         log.info("%s: %s", split, _counted(done.rows[split]))
+    for path in dict.fromkeys(f for source in sources for f in source.files):
+        done.inputs[path] = sha256(Path(path))
     return done
+
+
+# --- sacreBLEU's test sets ------------------------------------------------------------------------------------
+
+
+def fetch_sacrebleu_test_sets(params: Params) -> dict[str, dict[Direction, TestSetText]]:
+    """Every set of evaluate.sacrebleu_test_sets for every direction, before the (much larger) data is read, so a
+    set that cannot be fetched stops the stage before any work."""
+    return {name: {d: fetch(name, d) for d in params.data.pairs.directions}
+            for name in params.evaluate.sacrebleu_test_sets}
+
+
+def write_sacrebleu_test_sets(test_sets: dict[str, dict[Direction, TestSetText]], out: Path, done: Downloaded) -> None:
+    """One test split per sacreBLEU set, every direction in it, as sacreBLEU gives it."""
+    for name, texts in test_sets.items():
+        streams = [(d, _test_set_pairs(text.sources, text.references, text.origin)) for d, text in texts.items()]
+        split = split_name(name)
+        done.rows[split] = write_split(streams, out / f"{split}.parquet")
+        done.sacrebleu[name] = {"split": split,
+                                "files": {str(d): {f: sha256_of(p) for f, p in text.files.items()}
+                                          for d, text in texts.items()}}
+        log.info("%s (sacreBLEU %s): %s", split, name, _counted(done.rows[split]))
+
+
+def _test_set_pairs(sources: list[str], references: list[str], origin: str) -> Iterator[Pair]:
+    for n, (src, ref) in enumerate(zip(sources, references, strict=True), start=1):
+        yield src, ref, origin, n
 
 
 # --- files and the sample -------------------------------------------------------------------------------------
@@ -252,9 +219,12 @@ def copy_files(params: Params, root: Path, out: Path) -> Downloaded:
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     data = params.data
+    check_test_sets(params.evaluate.sacrebleu_test_sets, data.pairs, data.split_names())
+    test_sets = fetch_sacrebleu_test_sets(params)
     with atomic_path(paths.raw) as out:
         out.mkdir()
-        done = download_wmt14(params, out) if data.source == "wmt14" else copy_files(params, paths.root, out)
+        done = download_hub(params, paths.root, out) if data.hub_dataset() else copy_files(params, paths.root, out)
+        write_sacrebleu_test_sets(test_sets, out, done)
         _check_every_direction_has_rows(done, data)
         write_json(out / "manifest.json", _manifest(data, done))
     metrics: dict[str, Any] = {"source": data.source}
@@ -279,10 +249,5 @@ def _manifest(data: DataParams, done: Downloaded) -> dict[str, Any]:
         "rows_per_direction": done.rows,
         "inputs": done.inputs,
     }
+    manifest |= {"sacrebleu_test_sets": done.sacrebleu} if done.sacrebleu else {}
     return manifest | ({"subsample": done.subsample} if done.subsample else {})
-
-
-if __name__ == "__main__":
-    from pipeline.stage import main
-
-    main(run, "download")
