@@ -125,3 +125,13 @@ def write_json(path: Path, obj: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """`target` as a hard link to `source` where the filesystem allows, else a copy. An artifact that holds another
+    stage's file unchanged (the tokenizer in models/final, the model in models/release) then shares its inode, and
+    with DVC's hardlink cache (.dvc/config) that of the cache's object too: one copy on disk."""
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copy2(source, target)

@@ -41,6 +41,9 @@ def ensure_dvc_repo(root: Path) -> None:
     subprocess.run([*_dvc(), "init", "--quiet", *([] if scm else ["--no-scm"])], cwd=root, check=True)
     subprocess.run([*_dvc(), "config", "core.analytics", "false"], cwd=root, check=True)
     subprocess.run([*_dvc(), "config", "core.check_update", "false"], cwd=root, check=True)
+    # Outputs as hard links into the cache where the filesystem allows: the release and models/final are one copy
+    # (the project's own .dvc/config says why).
+    subprocess.run([*_dvc(), "config", "cache.type", "hardlink,copy"], cwd=root, check=True)
 
 
 def _run_lines(paths: Paths) -> list[str]:
@@ -258,6 +261,13 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="lines waiting across requests before new ones get 503 (default: %(default)s)")
     p.add_argument("--request-timeout-s", type=float, default=default["request_timeout_s"],
                    help="deadline of a request; past it, 504 and its work is dropped (default: %(default)s)")
+    p.add_argument("--header-timeout-s", type=float, default=default["header_timeout_s"],
+                   help="from a connection's start or its last response to a complete request head; past it, 408 "
+                   "and closed (default: %(default)s)")
+    p.add_argument("--body-timeout-s", type=float, default=default["body_timeout_s"],
+                   help="from a request's head to the end of its body; past it, 408 and closed (default: %(default)s)")
+    p.add_argument("--max-connections", type=int, default=default["max_connections"],
+                   help="open connections; one more is answered 503 and closed (default: %(default)s)")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
 
 

@@ -102,13 +102,61 @@ FileEntry = Annotated[
 WMT14_PAIRS = {"cs", "de", "fr", "hi", "ru"}
 
 
+def check_split_name(name: str) -> str:
+    """A split name becomes a file name and a metrics key: letters, digits, '-' and '_' only, and not MACRO."""
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"split name {name!r} must be letters, digits, '-' or '_'")
+    if name == MACRO:
+        raise ValueError(f"split name {MACRO!r} is taken: metrics/eval.json holds the average over test sets there")
+    return name
+
+
+class HubParams(_Section):
+    """A Hugging Face dataset that holds translations (data.source: hub): a hub id, or a local directory in the
+    hub's layout (Parquet or JSON files per split, configurations declared in README.md or one default)."""
+
+    path: str = Field(min_length=1)
+    # The configuration: one name for every direction, {direction: name} for each, or null: for each direction
+    # the configuration named after its pair either way round (de-en, or iwslt2017-de-en, serves en-de and
+    # de-en), else the dataset's only one.
+    name: str | dict[str, str] | None = None
+    # Branch, tag or commit of a hub dataset; the manifest records the commit read.
+    revision: str | None = None
+    # Split name here -> the dataset's split. train and valid are required; every other split is a test set.
+    splits: dict[str, str] = Field(
+        default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
+    )
+    # Where the text is: the name of a column of {lang: text} dicts, or {lang: column} for one text column per
+    # language; null: a `translation` column when there is one, else a column named after each language.
+    columns: str | dict[str, str] | None = None
+
+    @field_validator("splits")
+    @classmethod
+    def _train_valid_and_a_test_split(cls, splits: dict[str, str]) -> dict[str, str]:
+        for name in splits:
+            check_split_name(name)
+        if missing := [s for s in ("train", "valid") if s not in splits]:
+            raise ValueError(f"needs {missing[0]} (train and valid are required): e.g. {{valid: validation}}")
+        if len(splits) < 3:
+            raise ValueError("needs at least one test split besides train and valid: e.g. {test: test}")
+        return splits
+
+
+# data.source presets: named datasets read through the hub source (data.revision is the preset's revision).
+HUB_PRESETS = {
+    "wmt14": dict(path="wmt/wmt14", columns="translation",
+                  splits={"train": "train", "valid": "validation", "newstest2014": "test"}),
+}
+
+
 SAMPLE_DIRECTIONS = {"en-de", "de-en"}
+SAMPLE_SPLITS = ("train", "valid", "test")
 # metrics/eval.json's key for the average over every test set and direction.
 MACRO = "macro"
 
 
 class DataParams(_Section):
-    source: Literal["sample", "files", "wmt14"] = "sample"
+    source: Literal["sample", "files", "hub", "wmt14"] = "sample"
     # The directions one model learns, source-target; one is the plain bilingual case. A multilingual model with
     # more than one target language reads the target's tag (>>de<<) in front of every source sentence.
     directions: list[str] = Field(default_factory=lambda: ["en-de"], min_length=1)
@@ -123,6 +171,8 @@ class DataParams(_Section):
     subsample: Literal["spread", "head"] = "spread"
     # wmt14 only: the dataset repository revision (branch, tag or commit); the manifest records the commit used.
     revision: str | None = None
+    # source hub: the dataset, its configurations, splits and columns (HubParams).
+    hub: HubParams | None = None
 
     @field_validator("directions")
     @classmethod
@@ -144,20 +194,28 @@ class DataParams(_Section):
     @classmethod
     def _split_names_are_safe(cls, files: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for name, entries in files.items():
-            if not name.replace("_", "").replace("-", "").isalnum():
-                raise ValueError(f"split name {name!r} must be letters, digits, '-' or '_'")
+            check_split_name(name)
             if not entries:
                 raise ValueError(f"split {name!r} has an empty list of files")
-            if name == MACRO:
-                raise ValueError(
-                    f"split name {MACRO!r} is taken: metrics/eval.json holds the average over test sets there"
-                )
         return files
 
     @property
     def pairs(self) -> Directions:
         """data.directions, parsed."""
         return Directions.of(self.directions)
+
+    def hub_dataset(self) -> HubParams | None:
+        """The hub dataset this source reads: data.hub, a preset's (wmt14, at data.revision), or None."""
+        if self.source in HUB_PRESETS:
+            return HubParams(**HUB_PRESETS[self.source], revision=self.revision)
+        return self.hub if self.source == "hub" else None
+
+    def split_names(self) -> list[str]:
+        """The splits the source gives (evaluate.sacrebleu_test_sets adds its own)."""
+        hub = self.hub_dataset()
+        if hub is not None:
+            return list(hub.splits)
+        return list(SAMPLE_SPLITS) if self.source == "sample" else list(self.files)
 
     @model_validator(mode="after")
     def _source_is_complete(self) -> DataParams:
@@ -181,7 +239,22 @@ class DataParams(_Section):
                     raise ValueError(
                         f"data.directions: WMT14 has no {d} pair; it pairs en with one of {sorted(WMT14_PAIRS)}"
                     )
+        if self.source == "hub":
+            self._check_hub()
         return self
+
+    def _check_hub(self) -> None:
+        """What can be known of data.hub without its files: configurations and columns named for every direction
+        and language. Whether the dataset has them is known once its files are reachable (the download stage)."""
+        if self.hub is None:
+            raise ValueError("source 'hub' needs data.hub: {path: <hub id or directory>, splits: {...}}")
+        if self.revision is not None:
+            raise ValueError("data.revision is the wmt14 preset's: with source 'hub' set data.hub.revision")
+        if isinstance(self.hub.name, dict) and (missing := [d for d in self.directions if d not in self.hub.name]):
+            raise ValueError(f"data.hub.name names no configuration for {missing} (it maps {sorted(self.hub.name)})")
+        columns = self.hub.columns
+        if isinstance(columns, dict) and (missing := [x for x in self.pairs.languages if x not in columns]):
+            raise ValueError(f"data.hub.columns names no column for {missing} (it maps {sorted(columns)})")
 
     def _check_entry(self, split: str, entry: Any) -> None:
         several = len(self.directions) > 1
@@ -407,6 +480,16 @@ class EvaluateParams(_Section):
     max_tokens: int = Field(2000, ge=16)
     # Sentences listed in reports/eval/report.md at each end of the sentence-BLEU ranking, per test set.
     report_sentences: int = Field(5, ge=0, le=1000)
+    # sacreBLEU's test sets (wmt14, wmt20, multi30k/2016, ...) evaluated as test splits besides the data's own,
+    # each named as the set with '/' and '.' written '_' (pipeline/sacrebleu_sets.py); download fetches them.
+    sacrebleu_test_sets: list[str] = Field(default_factory=list)
+
+    @field_validator("sacrebleu_test_sets")
+    @classmethod
+    def _listed_once(cls, names: list[str]) -> list[str]:
+        if twice := sorted({name for i, name in enumerate(names) if name in names[:i]}):
+            raise ValueError(f"{twice} listed twice")
+        return names
 
 
 class ExportParams(_Section):
@@ -425,6 +508,11 @@ class ExportParams(_Section):
     max_logit_diff: float = Field(1e-4, gt=0)
     min_identical: float = Field(0.99, ge=0, le=1)
     max_bleu_delta: float = Field(0.1, ge=0)
+    # The CTranslate2 model's gate, per direction: greedy outputs identical to PyTorch's for at least this share,
+    # corpus BLEU within this of PyTorch's. Looser than the ONNX graphs' own: the default int8 quantisation changes
+    # some outputs (a float32 conversion can be held to min_identical / max_bleu_delta).
+    ctranslate2_min_identical: float = Field(0.9, ge=0, le=1)
+    ctranslate2_max_bleu_delta: float = Field(1.0, ge=0)
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> ExportParams:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,19 @@ def test_first_repro_produces_every_artifact(project):
     assert "tok:13a" in scores["test"]["en-de"]["signature"]["bleu"]
     hypotheses = (project / "reports/eval/test.en-de.hyp.txt").read_text().splitlines()
     assert len(hypotheses) == scores["test"]["en-de"]["sentences"] == 268
+
+
+def test_the_release_and_models_final_are_one_copy_on_disk_after_repro_and_after_checkout(project):
+    def release_files_linked() -> list[bool]:
+        final = sorted((project / "models/final").iterdir())
+        return [(project / "models/release" / f.name).samefile(f) for f in final]
+
+    assert release_files_linked() and all(release_files_linked())
+    shutil.rmtree(project / "models/release")
+    shutil.rmtree(project / "models/final")
+    dvc(project, "checkout")
+    assert all(release_files_linked())
+    assert (project / "models/release/README.md").is_file()
 
 
 def test_final_model_loads_with_the_auto_classes(project):

@@ -3,6 +3,8 @@ curves as a page that loads nothing from another host."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +101,17 @@ def test_plots_writes_the_training_curves_with_vega_beside_them(tmp_path, monkey
         "static/web/vega-embed@6.18.2/build/vega-embed.min.js"]
     assert all((page.parent / ref.url).is_file() for ref in page_references(page))
     assert (page.parent / ".gitignore").read_text() == "*\n"
+
+
+def test_plots_titles_each_chart_by_its_metric_and_shows_no_legend_for_one_revision(tmp_path, monkeypatch):
+    monkeypatch.chdir(dvclive_project(tmp_path))
+    assert main(["plots"]) == 0
+    html = (tmp_path / PLOTS_DIR / "index.html").read_text(encoding="utf-8")
+    specs = [json.loads(line.split("var spec = ", 1)[1].rstrip().removesuffix(";"))
+             for line in html.splitlines() if "var spec = " in line]
+    assert sorted(spec["title"]["text"] for spec in specs) == ["train: loss", "valid: loss"]
+    colour_by_revision = re.findall(r'\{"field": "rev"[^{}]*(?:\{[^{}]*\}[^{}]*)*\}', html)
+    assert colour_by_revision and all('"legend": null' in encoding for encoding in colour_by_revision)
 
 
 def test_plots_outside_a_dvc_project_fails_with_dvcs_message(tmp_path, monkeypatch, capsys):
