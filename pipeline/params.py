@@ -416,7 +416,7 @@ class TrainParams(_Section):
     # Limits: training stops at whichever comes first. max_steps is the one that makes a run repeatable; a time
     # limit makes the result depend on the machine's speed, so it is off unless set (it counts training time across
     # resumes, and a run it stops says so in the summary, the evaluation page and the model card).
-    max_steps: int = Field(1200, ge=1)  # optimizer updates (a skipped non-finite update does not count)
+    max_steps: int = Field(2400, ge=1)  # optimizer updates (a skipped non-finite update does not count)
     max_epochs: int | None = Field(None, ge=1)
     max_minutes: float | None = Field(None, gt=0)
     lr: float = Field(3e-3, gt=0, le=1.0)
@@ -437,7 +437,7 @@ class TrainParams(_Section):
     threads: int | None = Field(None, ge=1)
     seed: int = Field(1, ge=0)
     log_every: int = Field(10, ge=1)
-    valid_every: int = Field(100, ge=1)
+    valid_every: int = Field(200, ge=1)
     # Greedy-decoded BLEU on a seeded sample of this many valid pairs per direction at every validation (0 switches
     # it off). With several directions, valid loss and BLEU are each direction's and their mean.
     valid_bleu_sentences: int = Field(100, ge=0)
