@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: run test lint plots clean-artifacts
+.PHONY: run test test-fast lint plots clean-artifacts
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,8 +15,14 @@ $(BIN)/.installed: pyproject.toml
 run: $(BIN)/.installed
 	$(BIN)/mtpipe run
 
+# Test files are spread over one worker per core (pytest-xdist), each file on one worker so that its module
+# fixtures (an export, a trained model, a DVC project) are built once.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+# The edit loop: everything but the whole-stage runs (marker e2e).
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not e2e"
 
 plots: $(BIN)/.installed
 	$(BIN)/mtpipe plots
