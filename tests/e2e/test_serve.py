@@ -2,11 +2,10 @@
 concurrent clients (their translations equal `Translator`'s on the same lines), deadlines, a full queue, a client
 that disconnects, and SIGTERM while a request is in flight.
 
-One export of the sharpened tiny model (outputs garbage, but decisive: see tests/unit/export_helpers.py) serves
-the module. Two services run on it: `service` with small request limits for the endpoint and input tests, and
-`slow_service` with one worker, one line per batch, beam 8 and a deadline of 1 s, so that a request of 64 long
-lines (three test sentences each) takes several times that, even on a fast machine: each line is a batch of its
-own, decoded one after another.
+The export of the sharpened tiny model (tests/e2e/conftest.py) serves the module. Two services run on it:
+`service` with small request limits for the endpoint and input tests, and `slow_service` with one worker, one line
+per batch, beam 8 and a deadline of 1 s, so that a request of 64 long lines (three test sentences each) takes
+several times that, even on a fast machine: each line is a batch of its own, decoded one after another.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,30 +25,12 @@ import pytest
 from pipeline.cli import main
 from pipeline.serve.child import ServiceProcess
 from tests.conftest import multi30k_lines
-from tests.unit.export_helpers import export_params, one_torch_thread, sharpened_root
 
 pytestmark = pytest.mark.e2e
 
 LIMITS = ("--max-lines", "8", "--max-line-tokens", "64", "--max-request-bytes", "4096", "--max-wait-ms", "20")
 SLOW = ("--workers", "1", "--max-batch-tokens", "1", "--max-wait-ms", "0", "--request-timeout-s", "1",
         "--max-lines", "64", "--max-queued-lines", "64", "--beam", "8")
-
-
-@pytest.fixture(scope="module")
-def export_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    from stages import export
-
-    paths = sharpened_root(tiny_model_dir, tmp_path_factory.mktemp("serve"))
-    with one_torch_thread():
-        export.run(export_params(int8=False, torchscript=False, ctranslate2=False), paths)
-    return paths.export
-
-
-@pytest.fixture(scope="module")
-def translator(export_dir):
-    from pipeline.translate import Translator
-
-    return Translator(export_dir, threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ deep-translator 1.11.4's LibreTranslator (the fields in the query string, an emp
 LibreTranslate's API documentation (JSON, curl's -d form and -F multipart, source "auto", format "html",
 alternatives) and the two inputs that once got a 500.
 
-One export of the sharpened tiny model (outputs garbage, but decisive: tests/unit/export_helpers.py) serves the
-module, so the assertions are on shapes, on equality with `Translator`'s output, and on tags being kept.
+The export of the sharpened tiny model (tests/e2e/conftest.py) serves the module: its outputs are garbage, so the
+assertions are on shapes, on equality with `Translator`'s output, and on tags being kept.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import html
 import http.client
 import json
 import re
-from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 import pytest
@@ -22,28 +21,10 @@ import requests
 from pipeline.decoding import one_line
 from pipeline.serve.child import ServiceProcess
 from tests.conftest import multi30k_lines
-from tests.unit.export_helpers import export_params, one_torch_thread, sharpened_root
 
 pytestmark = pytest.mark.e2e
 
 BEAM = 4
-
-
-@pytest.fixture(scope="module")
-def export_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    from stages import export
-
-    paths = sharpened_root(tiny_model_dir, tmp_path_factory.mktemp("serve_clients"))
-    with one_torch_thread():
-        export.run(export_params(int8=False, torchscript=False, ctranslate2=False), paths)
-    return paths.export
-
-
-@pytest.fixture(scope="module")
-def translator(export_dir):
-    from pipeline.translate import Translator
-
-    return Translator(export_dir, threads=1)
 
 
 @pytest.fixture(scope="module")

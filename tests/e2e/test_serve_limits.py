@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from pipeline.serve.child import ServiceProcess
-from tests.e2e.test_serve import export_dir  # noqa: F401  (the module's export of the sharpened tiny model)
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +64,7 @@ def median_latency_s(service: ServiceProcess, requests: int = 20) -> float:
     return statistics.median(latencies)
 
 
-def test_half_sent_heads_and_a_stalled_body_leave_others_their_latency_and_get_408_at_their_timeouts(export_dir):  # noqa: F811
+def test_half_sent_heads_and_a_stalled_body_leave_others_their_latency_and_get_408_at_their_timeouts(export_dir):
     limits = ("--header-timeout-s", str(HEADER_TIMEOUT_S), "--body-timeout-s", str(BODY_TIMEOUT_S), "--beam", "1")
     with ServiceProcess(export_dir, *limits) as service, ExitStack() as held:
         median_latency_s(service, 5)  # warm up
@@ -92,7 +91,7 @@ def test_half_sent_heads_and_a_stalled_body_leave_others_their_latency_and_get_4
                                        f"(--body-timeout-s {BODY_TIMEOUT_S})")
 
 
-def test_sigterm_with_slow_clients_connected_answers_every_complete_request_and_exits_within_2_s(export_dir):  # noqa: F811
+def test_sigterm_with_slow_clients_connected_answers_every_complete_request_and_exits_within_2_s(export_dir):
     lines = [SENTENCE] * 8
     # One worker, one line per batch: the complete request is still being decoded when SIGTERM comes.
     with ServiceProcess(export_dir, "--workers", "1", "--max-batch-tokens", "1") as service, ExitStack() as held:
@@ -118,7 +117,7 @@ def test_sigterm_with_slow_clients_connected_answers_every_complete_request_and_
 
 
 @pytest.fixture(scope="module")
-def service(export_dir):  # noqa: F811
+def service(export_dir):
     with ServiceProcess(export_dir, "--max-request-bytes", "4096") as running:
         yield running
 

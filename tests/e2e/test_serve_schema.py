@@ -21,7 +21,6 @@ from schemathesis import GenerationMode, checks  # noqa: E402
 
 from pipeline.page_check import check_page, find_chromium  # noqa: E402
 from pipeline.serve.child import ServiceProcess  # noqa: E402
-from tests.e2e.test_serve import export_dir  # noqa: E402, F401  (the module's export of the sharpened tiny model)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +33,7 @@ CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.cont
 
 
 @pytest.fixture(scope="module")
-def service(export_dir):  # noqa: F811
+def service(export_dir):
     with ServiceProcess(export_dir, *LIMITS) as running:
         yield running
 
