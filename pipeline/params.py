@@ -511,7 +511,7 @@ class ExportParams(_Section):
     # The CTranslate2 model's gate, per direction: greedy outputs identical to PyTorch's for at least this share,
     # corpus BLEU within this of PyTorch's. Looser than the ONNX graphs' own: the default int8 quantisation changes
     # some outputs (a float32 conversion can be held to min_identical / max_bleu_delta).
-    ctranslate2_min_identical: float = Field(0.9, ge=0, le=1)
+    ctranslate2_min_identical: float = Field(0.8, ge=0, le=1)
     ctranslate2_max_bleu_delta: float = Field(1.0, ge=0)
 
     @model_validator(mode="after")

@@ -34,8 +34,9 @@ class ServiceFailed(RuntimeError):
 
 class ServiceProcess:
     def __init__(self, model_dir: str | os.PathLike[str], *args: str, start_timeout_s: float = 60.0):
-        self.command = [sys.executable, "-m", "pipeline.cli", "serve", "--model", str(model_dir), "--host",
-                        "127.0.0.1", "--port", "0", *args]
+        model = Path(model_dir).resolve()  # the child runs in the repository, not in the caller's directory
+        self.command = [sys.executable, "-m", "pipeline.cli", "serve", "--model", str(model), "--host", "127.0.0.1",
+                        "--port", "0", *args]
         self.start_timeout_s = start_timeout_s
         self.url = ""
         self.process: subprocess.Popen | None = None

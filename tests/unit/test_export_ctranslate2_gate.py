@@ -48,15 +48,15 @@ def test_ctranslate2_outputs_below_its_threshold_fail_naming_the_parameter_and_t
     failures = parity_failures(direction_report(0.0, -40.34, n=16), thresholds())
     assert failures == [
         "ctranslate2 greedy outputs identical to PyTorch for 0.00% of 16 sentences < "
-        "export.ctranslate2_min_identical 90.00%",
+        "export.ctranslate2_min_identical 80.00%",
         "ctranslate2 greedy BLEU differs from PyTorch by 40.34 > export.ctranslate2_max_bleu_delta 1.00",
     ]
 
 
 def test_ctranslate2_is_held_to_its_own_thresholds_not_the_onnx_graphs():
-    # 95% identical passes its 90% although the ONNX graphs' min_identical is 99%; a BLEU gain is a difference too.
+    # 95% identical passes its 80% although the ONNX graphs' min_identical is 99%; a BLEU gain is a difference too.
     defaults = thresholds()
-    assert defaults.min_identical == 0.99 and defaults.ctranslate2_min_identical == 0.9
+    assert defaults.min_identical == 0.99 and defaults.ctranslate2_min_identical == 0.8
     assert parity_failures(direction_report(0.95, -0.5), defaults) == []
     assert len(parity_failures(direction_report(0.95, 2.0), defaults)) == 1
     strict = thresholds(ctranslate2_min_identical=0.99, ctranslate2_max_bleu_delta=0.1)
@@ -128,7 +128,7 @@ def test_a_marian_model_whose_pad_row_is_not_zero_fails_the_ctranslate2_gate_and
         export.run(params, paths)
     message = str(failed.value)
     assert "en-de: ctranslate2 greedy outputs identical to PyTorch for " in message
-    assert f"of {PARITY_SENTENCES} sentences < export.ctranslate2_min_identical 90.00%" in message
+    assert f"of {PARITY_SENTENCES} sentences < export.ctranslate2_min_identical 80.00%" in message
     assert "<pad> embedding row" in message and "dvc repro train" in message
     assert not paths.export.exists() and not paths.metrics("export").exists()
 
@@ -142,7 +142,7 @@ def test_the_same_model_with_its_pad_row_at_zero_passes_and_reports_the_threshol
         export.run(parse({"export": {**CTRANSLATE2_ONLY, "ctranslate2_quantization": "float32"}}), paths)
     report = read_json(paths.metrics("export"))
     assert report["directions"]["en-de"]["ctranslate2"]["identical_share"] == 1.0
-    assert report["ctranslate2"]["thresholds"] == {"min_identical": 0.9, "max_bleu_delta": 1.0}
+    assert report["ctranslate2"]["thresholds"] == {"min_identical": 0.8, "max_bleu_delta": 1.0}
     assert (paths.export / "ctranslate2" / "model.bin").is_file()
 
 
