@@ -4,7 +4,7 @@ One direction of the model: its only one, or the one --tgt (and --src) names on 
 set's files of those two languages are the sources and references, and every path reads each source as the model
 was trained to and decodes after the direction's decoder prefix: generate and CTranslate2 frame the sources and
 start the translations by the direction's layout in the model's languages.json (a Marian `>>fr<<` tag, an mBART /
-M2M-100 / NLLB language code; pipeline/sequence_layout.py), the Translator by the export's copy (tgt=, src=).
+M2M-100 / NLLB language code; pipeline/runtime/model_languages.py), the Translator by the export's copy (tgt=, src=).
 
 One trained model, beam 4, 2 threads for every path (torch.set_num_threads; the Translator's batches decoded at
 once, one ONNX Runtime thread each; CTranslate2 inter_threads x intra_threads). Each path translates the same
@@ -14,8 +14,8 @@ included, so every path is counted alike), sacreBLEU (cased, 13a) and, against `
 BLEU change and the share of identical hypotheses.
 
     generate      stages.evaluate.translate: the evaluate stage's batched `model.generate(num_beams=4)`
-    onnx          pipeline.translate.Translator on models/export (encoder + KV-cached decoder, numpy beam search),
-                  as `mtpipe translate` runs it: 2 batches at once, one ONNX Runtime thread each
+    onnx          pipeline.runtime.translate.Translator on models/export (encoder + KV-cached decoder, numpy beam
+                  search), as `mtpipe translate` runs it: 2 batches at once, one ONNX Runtime thread each
     onnx-1x2      the same graphs, one batch at a time, every op split over 2 intra-op threads (the comparison
                   that chose the layout above)
     onnx-int8     the Translator on the int8 graphs (`mtpipe translate --int8`), when the export has them
@@ -88,7 +88,7 @@ def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) ->
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from pipeline.params import EvaluateParams
-    from pipeline.sequence_layout import ModelLanguages
+    from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import translate
 
     torch.set_num_threads(args.threads)
@@ -139,7 +139,7 @@ def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: 
               ) -> tuple[Callable, FlopCounter]:
     """The Translator as `mtpipe translate` runs it: args.threads batches at once, one ONNX Runtime thread each.
     intra_op: one batch at a time, each graph op split over args.threads threads (for the comparison)."""
-    from pipeline.translate import OnnxSeq2Seq, Translator
+    from pipeline.runtime.translate import OnnxSeq2Seq, Translator
 
     translator = Translator(export_dir, int8=int8, threads=1 if intra_op else args.threads,
                             max_tokens=args.max_tokens)
@@ -162,9 +162,9 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
     (stages/export/ctranslate2_model.py: target_prefix, starts_itself)."""
     import ctranslate2
 
-    from pipeline.decoding import output_limit
-    from pipeline.export_format import CTRANSLATE2_DIR
-    from pipeline.sequence_layout import ModelLanguages
+    from pipeline.runtime.decoding import output_limit
+    from pipeline.runtime.export_format import CTRANSLATE2_DIR
+    from pipeline.runtime.model_languages import ModelLanguages
     from stages.export.ctranslate2_model import (
         convert_ctranslate2,
         max_decoding_length,
@@ -302,14 +302,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per path; the best time counts (default: 1)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["onnx-1x2", "onnx-int8", "ctranslate2"])
     args = parser.parse_args()
-    from pipeline.export_format import MANIFEST, ExportManifest
+    from pipeline.runtime.export_format import MANIFEST, ExportManifest
 
     export_dir = args.export or args.model.parent / "export"
     for path in (args.model / "config.json", export_dir / MANIFEST):
         if not path.is_file():
             sys.exit(f"{path} not found: train and export a model first (`dvc repro`), or pass --model/--export")
 
-    from pipeline.languages import UnknownDirection
+    from pipeline.runtime.languages import UnknownDirection
 
     manifest = ExportManifest.read(export_dir)
     try:

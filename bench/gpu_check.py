@@ -312,8 +312,8 @@ def synthetic_corpus(root: Path, vocab: int, pairs: int, seed: int = 1) -> Path:
     """Random ids with WMT-like lengths (source 4-80 tokens, target about 1.1x); every sentence ends in </s>."""
     import numpy as np
 
-    from pipeline.languages import Directions
-    from pipeline.sequence_layout import DirectionLayout, ModelLanguages
+    from pipeline.runtime.languages import Directions
+    from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
     from pipeline.token_arrays import TokenArrayWriter, write_row_directions
 
     out = root / "tokenized"
@@ -448,7 +448,7 @@ def check_busy(check: Check, name: str, synthetic: Path) -> None:
 def check_nproc(check: Check, name: str) -> None:
     import torch
 
-    from pipeline.errors import PipelineError
+    from pipeline.runtime.errors import PipelineError
     from stages.train import resolve_nproc
     from stages.train.distributed import Distributed, TooFewDevices
 

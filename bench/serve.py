@@ -1,6 +1,6 @@
 """Benchmark `mtpipe serve` against the Translator in one process, on the same sentences, in the same run.
 
-    direct   pipeline.translate.Translator on the export, in this process: the whole corpus in one call
+    direct   pipeline.runtime.translate.Translator on the export, in this process: the whole corpus in one call
              (token-budget batches, 2 at once, one ONNX Runtime thread each: `mtpipe translate`), and each sentence
              on its own (one thread, as a service worker decodes a batch) for the single-sentence decode time
     service  `mtpipe serve` in a child process on 127.0.0.1 (a free port), called by N concurrent clients in this
@@ -45,8 +45,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.serve.child import ServiceProcess  # noqa: E402
-from pipeline.serve.settings import ServeSettings  # noqa: E402
+from pipeline.runtime.serve.child import ServiceProcess  # noqa: E402
+from pipeline.runtime.serve.settings import ServeSettings  # noqa: E402
 
 GOAL_THROUGHPUT_SHARE = 0.6  # of the direct whole-corpus sentences/s, at GOAL_CLIENTS clients
 GOAL_CLIENTS = 32
@@ -75,7 +75,7 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
 
 
 def direct_figures(args: argparse.Namespace, lines: list[str], beam: int) -> tuple[dict[str, Any], list[str]]:
-    from pipeline.translate import Translator
+    from pipeline.runtime.translate import Translator
 
     direction = {"src": args.direction.src, "tgt": args.direction.tgt}
     batched = Translator(args.export, int8=args.int8, threads=args.workers)
@@ -282,8 +282,8 @@ def main() -> None:
                         help="the service's (default: %(default)s)")
     args = parser.parse_args()
 
-    from pipeline.export_format import ExportManifest
-    from pipeline.languages import UnknownDirection
+    from pipeline.runtime.export_format import ExportManifest
+    from pipeline.runtime.languages import UnknownDirection
 
     manifest = ExportManifest.read(args.export)
     args.beam_used = manifest.generation.beam  # the service's default too

@@ -83,8 +83,8 @@ def main() -> None:
     import sentencepiece as spm
 
     from pipeline.corpus import read_pairs
-    from pipeline.languages import Directions
     from pipeline.params import parse
+    from pipeline.runtime.languages import Directions
     from pipeline.token_arrays import TokenArray
     from stages.tokenize import encode_split, sentences_of, side_by_side, spm_encoder, train_spm
 

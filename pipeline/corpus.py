@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import InputFileError
+from pipeline.runtime.errors import InputFileError
 
 PAIR_SCHEMA = pa.schema(
     [

@@ -1,17 +1,9 @@
-"""Typed errors raised early, each naming the file, row or parameter at fault."""
+"""The stages' typed errors, raised early, each naming the file, row or parameter at fault (their base, and the
+errors the runtime raises too, are in pipeline/runtime/errors.py)."""
 
 from __future__ import annotations
 
-
-class PipelineError(Exception):
-    """An error the user can act on; stages exit non-zero with its message and no traceback."""
-
-
-class InputFileError(PipelineError):
-    def __init__(self, path: object, message: str, line: int | None = None):
-        where = f"{path}" if line is None else f"{path}, line {line}"
-        super().__init__(f"{where}: {message}")
-        self.path, self.line = path, line
+from pipeline.runtime.errors import PipelineError
 
 
 class CorpusMisaligned(PipelineError):

@@ -5,7 +5,7 @@ rewritten to the copies, and a check that nothing they load comes from another h
 writes):
 1. finds what each page loads: `src`/`href` of the tags that fetch (script, link, img, iframe, source, ...), the
    `url()`s and `@import`s of its styles. Links a reader follows (`<a href>`) load nothing and are left alone;
-2. rewrites each CDN URL that a package of `pipeline.web_assets` serves to a relative path to its copy in
+2. rewrites each CDN URL that a package of `pipeline.runtime.web_assets` serves to a relative path to its copy in
    `<site>/static/web/<package>@<version>/`, and each URL of `local_urls` to a file already in the site. Tags
    it rewrote lose `integrity` and `crossorigin`: a page opened from disk has no origin, so the browser cannot
    run the CORS request those attributes ask for and would refuse the file (the copies' sha256 are checked
@@ -29,8 +29,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
-from pipeline.errors import PipelineError
-from pipeline.web_assets import PACKAGES, SITE_ASSETS, NpmPackage, package_dir, served_file, vendored_files
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.web_assets import PACKAGES, SITE_ASSETS, NpmPackage, package_dir, served_file, vendored_files
 
 # Tag -> the attributes through which it fetches something (srcset holds several URLs).
 FETCHING_ATTRIBUTES = {

@@ -2,8 +2,8 @@
 
 An unknown key, a wrong type or an out-of-range value fails before any work is done, with a message that
 names the key (as a dotted path) and the bad value. Stages receive the typed `Params` object, never the raw
-mapping. This module imports only pydantic, yaml and the stdlib-only pipeline.languages, so every stage and the CLI
-start fast.
+mapping. This module imports only pydantic, yaml and the stdlib-only pipeline.runtime.languages, so every stage and the
+CLI start fast.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline.languages import DIRECTION_PATTERN, SCRIPTS, Direction, Directions
+from pipeline.runtime.languages import DIRECTION_PATTERN, SCRIPTS, Direction, Directions
 
 PARAMS_FILE = "params.yaml"
 
@@ -383,7 +383,7 @@ class ModelParams(_Section):
     tie_embeddings: bool = True
     max_positions: int = Field(512, ge=16)
     # init: pretrained: ISO code -> the checkpoint's own language code, where the built-in map
-    # (pipeline/families.py) picks another or none: {zh: zho_Hant} for NLLB, {en: ">>eng<<"} for OPUS-MT.
+    # (pipeline/runtime/families.py) picks another or none: {zh: zho_Hant} for NLLB, {en: ">>eng<<"} for OPUS-MT.
     language_codes: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -563,7 +563,7 @@ class Params(_Section):
                 raise ValueError(
                     f"data.directions: no script is known for {', '.join(map(repr, unknown))}, so "
                     f"clean.min_script_share cannot check it (known: {' '.join(sorted(SCRIPTS))}); add it to "
-                    "pipeline/languages.py SCRIPTS or set clean.min_script_share: 0"
+                    "pipeline/runtime/languages.py SCRIPTS or set clean.min_script_share: 0"
                 )
         return self
 

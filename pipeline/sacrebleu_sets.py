@@ -21,8 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import CorpusMisaligned, PipelineError
-from pipeline.languages import Direction, Directions
+from pipeline.errors import CorpusMisaligned
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.languages import Direction, Directions
 
 PARAM = "evaluate.sacrebleu_test_sets"
 

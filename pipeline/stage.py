@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.artifacts import Paths
-from pipeline.errors import PipelineError
 from pipeline.params import Params, ParamsError, load
+from pipeline.runtime.errors import PipelineError
 
 log = logging.getLogger("mtpipe")
 

@@ -3,7 +3,7 @@
 Invisible characters, letter and script shares (vectorised with pyarrow; per row in the script of that row's own
 language, for files that mix directions), 64-bit pair hashes (optionally keyed by direction) and a set of them in
 8 bytes a member (deduplication), and language identification with py3langid (its model ships inside the wheel;
-imported on first use). The script of each language is pipeline/languages.py's SCRIPTS.
+imported on first use). The script of each language is pipeline/runtime/languages.py's SCRIPTS.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.languages import SCRIPTS
+from pipeline.runtime.languages import SCRIPTS
 
 # RE2 syntax (pyarrow). C0/C1 controls except \t \n \r (whitespace, which the clean stage turns into spaces);
 # zero-width space, non-joiner and joiner, left-to-right/right-to-left marks and embeddings, word joiner and

@@ -6,8 +6,8 @@ after DVC has already removed that stage's outputs from the workspace (a trained
 This stage depends on the whole of params.yaml and on the schema (pipeline/params.py), so it reruns on any change
 to either, and a params file the schema rejects stops `dvc repro` here, with every bad key named as a dotted path.
 
-With `model.init: pretrained` the checkpoint is checked here too, from its files alone (pipeline/families.py: its
-family from config.json and tokenizer_config.json, each direction's language codes from its vocabulary and special
+With `model.init: pretrained` the checkpoint is checked here too, from its files alone (pipeline/runtime/families.py:
+its family from config.json and tokenizer_config.json, each direction's language codes from its vocabulary and special
 tokens, a single-direction OPUS-MT checkpoint's source_lang/target_lang; nothing loaded, no torch), so a checkpoint
 the pipeline cannot export, or one that cannot translate data.directions, stops the DAG before download, not after
 tokenize. A hub name is checked the same way when its files are in the local Hugging Face cache (looked up offline);
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path
-from pipeline.errors import PipelineError
-from pipeline.families import check_checkpoint_languages
-from pipeline.languages import Directions
 from pipeline.params import Params
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import check_checkpoint_languages
+from pipeline.runtime.languages import Directions
 from pipeline.sacrebleu_sets import check_test_sets
 
 log = logging.getLogger("mtpipe.check_params")

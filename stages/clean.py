@@ -48,9 +48,10 @@ import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import PAIR_SCHEMA, count_rows, direction_column, iter_pair_batches
-from pipeline.errors import InputFileError, MissingArtifact, PipelineError
-from pipeline.languages import SCRIPTS, Directions
+from pipeline.errors import MissingArtifact
 from pipeline.params import CleanParams, Params
+from pipeline.runtime.errors import InputFileError, PipelineError
+from pipeline.runtime.languages import SCRIPTS, Directions
 from pipeline.text_checks import (
     INVISIBLE,
     HashSet64,

@@ -1,4 +1,4 @@
-"""Vendor the web assets the project's pages load: each npm package of `pipeline.web_assets.PACKAGES`, fetched
+"""Vendor the web assets the project's pages load: each npm package of `pipeline.runtime.web_assets.PACKAGES`, fetched
 with `npm pack` from the registry at its pinned version, only the listed files (and the package's license) kept.
 
     python assets/web/fetch.py            # (re)write assets/web/<package>@<version>/ and assets/web/manifest.json
@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from pipeline.web_assets import MANIFEST, PACKAGES, WEB_ASSETS_DIR, NpmPackage, package_dir
+from pipeline.runtime.web_assets import MANIFEST, PACKAGES, WEB_ASSETS_DIR, NpmPackage, package_dir
 
 LICENSE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md")
 

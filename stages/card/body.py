@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from pipeline.languages import Directions
 from pipeline.params import MACRO, Params
 from pipeline.run_figures import Evaluation, ExportParity, TrainingRun
+from pipeline.runtime.languages import Directions
 from stages.card.checkpoint import PretrainedCheckpoint
 from stages.card.metadata import direction_of, model_name
 

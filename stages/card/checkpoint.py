@@ -1,7 +1,7 @@
 """The published checkpoint a `model.init: pretrained` run fine-tuned, as its card describes it: the family
-(pipeline/families.py, from models/final's config.json and tokenizer_config.json), the architecture its config.json
-gives, and the language code each of the run's languages has in its tokenizer (languages.json, which the tokenize
-stage wrote and train copied into models/final).
+(pipeline/runtime/families.py, from models/final's config.json and tokenizer_config.json), the architecture its
+config.json gives, and the language code each of the run's languages has in its tokenizer (languages.json, which the
+tokenize stage wrote and train copied into models/final).
 
 How a user asks such a model for a language differs by family, and the card's usage snippets say it the family's
 way:
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import read_json
-from pipeline.families import Family, check_local_checkpoint
-from pipeline.sequence_layout import ModelLanguages
+from pipeline.runtime.families import Family, check_local_checkpoint
+from pipeline.runtime.model_languages import ModelLanguages
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.languages import Direction
 from pipeline.params import Params
 from pipeline.run_figures import ScoredTestSet
+from pipeline.runtime.languages import Direction
 
 # (metrics/eval.json key, Hugging Face metric id, display name)
 METRICS = (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF"), ("ter", "ter", "TER"))

@@ -30,9 +30,9 @@ import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, write_json
 from pipeline.corpus import BATCH_ROWS, PAIR_SCHEMA
-from pipeline.errors import PipelineError
-from pipeline.languages import Direction
 from pipeline.params import DataParams, Params
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.languages import Direction
 from pipeline.sacrebleu_sets import TestSetText, check_test_sets, fetch, sha256_of, split_name
 from stages.download.hub import HubDataset
 from stages.download.inputs import Input, Pair, resolve_inputs, split_pairs

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import HubUnreachable, InputFileError, PipelineError
-from pipeline.languages import Direction
+from pipeline.errors import HubUnreachable
 from pipeline.params import HubParams
+from pipeline.runtime.errors import InputFileError, PipelineError
+from pipeline.runtime.languages import Direction
 from stages.download.inputs import Pair
 
 # A configuration named after a language pair: de-en, iwslt2017-de-en, opus_de-en.

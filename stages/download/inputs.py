@@ -25,9 +25,10 @@ from itertools import zip_longest
 from pathlib import Path, PurePath
 
 from pipeline.artifacts import SAMPLE_DIR
-from pipeline.errors import CorpusMisaligned, InputFileError, PipelineError
-from pipeline.languages import Direction, Directions
+from pipeline.errors import CorpusMisaligned
 from pipeline.params import SAMPLE_SPLITS, LanguageFiles, MosesDir, Params, SplitFiles, TsvFile
+from pipeline.runtime.errors import InputFileError, PipelineError
+from pipeline.runtime.languages import Direction, Directions
 
 Pair = tuple[str, str, str, int]  # src, tgt, origin, line (1-based)
 # direction -> its inputs of one split, in data.directions order; a direction the split does not hold has none.

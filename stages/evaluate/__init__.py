@@ -3,19 +3,19 @@ their signatures).
 
 The model is loaded from `models/final` with `from_pretrained`, the stage boundary being the standard format,
 not the training code; the directions it translates come from the `languages.json` beside it
-(pipeline.languages). A test split may hold rows of several directions (each row carries its languages): they are
-scored per direction. Each source is the direction's layout around the text's pieces (pipeline.sequence_layout:
-the Marian `>>de<<` tag in front when the model has several targets, mBART-50/M2M-100/NLLB's source code, the
-</s>), and each translation is generated from the direction's decoder prefix (stages.prefixed_generate: the start
-token, then the target's code), so a multilingual checkpoint writes the direction's target language; the
-hypothesis is what follows the prefix. A direction in a test split that the model does not translate stops the
-stage, naming the split and the direction, before anything is decoded.
+(pipeline.runtime.languages). A test split may hold rows of several directions (each row carries its languages): they
+are scored per direction. Each source is the direction's layout around the text's pieces
+(pipeline.runtime.model_languages: the Marian `>>de<<` tag in front when the model has several targets,
+mBART-50/M2M-100/NLLB's source code, the </s>), and each translation is generated from the direction's decoder prefix
+(pipeline.prefixed_generate: the start token, then the target's code), so a multilingual checkpoint writes the
+direction's target language; the hypothesis is what follows the prefix. A direction in a test split that the model does
+not translate stops the stage, naming the split and the direction, before anything is decoded.
 
 Sentences are batched by tokens (sorted by length, restored to input order), and each sentence's output length is
-capped at `max_len_a * source_length + max_len_b` tokens after the decoder prefix (pipeline.decoding.output_limit,
-the fairseq convention; per sentence, so a translation does not depend on its batch, and the same limit `mtpipe
-translate` applies). Scores are cased and computed on detokenized text (BLEU with sacreBLEU's default 13a
-tokenizer, TER case-sensitive) against the cleaned references.
+capped at `max_len_a * source_length + max_len_b` tokens after the decoder prefix
+(pipeline.runtime.decoding.output_limit, the fairseq convention; per sentence, so a translation does not depend on its
+batch, and the same limit `mtpipe translate` applies). Scores are cased and computed on detokenized text (BLEU with
+sacreBLEU's default 13a tokenizer, TER case-sensitive) against the cleaned references.
 
 Writes `metrics/eval.json` (results.py: {test_set: {direction: {bleu, chrf, ter, signature, length_ratio,
 sentences}}, "macro": {bleu, chrf, ter}}, so `dvc metrics diff` shows e.g. `test.en-de.bleu` and `macro.bleu`)
@@ -38,12 +38,13 @@ from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path, test_splits, write_json
 from pipeline.corpus import read_pairs_by_direction
-from pipeline.decoding import one_line, output_limit, pad_batch, token_batches
-from pipeline.errors import MissingArtifact, PipelineError
-from pipeline.languages import Direction, Directions
+from pipeline.errors import MissingArtifact
 from pipeline.params import MACRO, EvaluateParams, Params
 from pipeline.run_figures import training_run
-from pipeline.sequence_layout import DirectionLayout, ModelLanguages
+from pipeline.runtime.decoding import one_line, output_limit, pad_batch, token_batches
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.languages import Direction, Directions
+from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
 from stages.evaluate.results import DirectionResult, eval_json
@@ -61,7 +62,7 @@ def translate(
     import torch
     from tqdm import tqdm
 
-    from stages.prefixed_generate import generate_from_prefix
+    from pipeline.prefixed_generate import generate_from_prefix
 
     max_positions = model.config.max_position_embeddings
     # The pieces alone (no special ids): the layout puts the direction's own around them, the way the tokenizer

@@ -7,7 +7,8 @@ and values to the ones it is given, so a step costs O(length) instead of re-runn
 the row of the given cache each row continues from, so beam search reorders hypotheses without copying caches
 itself. The decoder also returns each row's best 2 x evaluate.beam + 1 next tokens with their log-softmax (what a
 beam of that width needs), so beam search does not sort the vocabulary in numpy. The format (file and graph names,
-cache layout, the manifest `export.json`) is pipeline/export_format.py; the runtime is pipeline/translate.py.
+cache layout, the manifest `export.json`) is pipeline/runtime/export_format.py; the runtime is
+pipeline/runtime/translate.py.
 
 Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (int8.py); `export.torchscript` traces the
 encoder and an uncached decoder (torchscript.py; legacy: torch deprecates TorchScript); `export.ctranslate2`
@@ -16,11 +17,11 @@ also gets the tokenizer files, config.json, generation_config.json, languages.js
 self-contained.
 
 The model is a Marian model trained from scratch or a fine-tuned checkpoint of a supported family (Marian/OPUS-MT,
-mBART, mBART-50, M2M-100, NLLB: pipeline/families.py), loaded with AutoModelForSeq2SeqLM; the cached decoder is
+mBART, mBART-50, M2M-100, NLLB: pipeline/runtime/families.py), loaded with AutoModelForSeq2SeqLM; the cached decoder is
 written in the family's architecture (wrappers.py: positions, layer norms and embedding scale differ). Its
 languages are its `languages.json` (written by tokenize, copied with the tokenizer): the directions, recorded in
-the manifest with the family and `target_tags`, and each direction's layout (pipeline/sequence_layout.py): the ids
-around a source's pieces (a Marian `>>fr<<` tag, an mBART-50 `en_XX`) and the decoder prefix (`</s> de_DE`) every
+the manifest with the family and `target_tags`, and each direction's layout (pipeline/runtime/model_languages.py): the
+ids around a source's pieces (a Marian `>>fr<<` tag, an mBART-50 `en_XX`) and the decoder prefix (`</s> de_DE`) every
 runtime decodes after, so the graphs themselves know nothing of languages.
 
 The parity check (parity.py) runs, for every direction, on its first `export.parity_sentences` pairs of the first
@@ -53,17 +54,17 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path, write_json
-from pipeline.decoding import SpecialIds
 from pipeline.errors import ParityFailed
-from pipeline.export_format import (
+from pipeline.params import ExportParams, Params
+from pipeline.run_figures import largest_graph_diff
+from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.export_format import (
     CTRANSLATE2_DIR,
     GRAPHS,
     ONNX_FILES,
     ONNX_INT8_FILES,
     TORCHSCRIPT_FILES,
 )
-from pipeline.params import ExportParams, Params
-from pipeline.run_figures import largest_graph_diff
 from stages.export.ctranslate2_model import require_ctranslate2, start_row_norm
 from stages.export.export_files import copy_model_files, size_mb
 from stages.export.gate import gate_message

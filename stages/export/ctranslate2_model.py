@@ -8,7 +8,7 @@ model (`_StatedConverter`): mBART's layers are pre-norm with a layernorm_embeddi
 `tokenizer_class`, unset in a checkpoint saved by save_pretrained), by which it tells mBART-cc25, decoded from the
 target's code, from mBART-50, decoded from </s>.
 
-Decoding starts from the direction's decoder prefix (pipeline/sequence_layout.py), as every runtime's does:
+Decoding starts from the direction's decoder prefix (pipeline/runtime/model_languages.py), as every runtime's does:
 CTranslate2 puts its own start token in front of `target_prefix` when its config names one, so it is given the
 target's prefix (mBART-50, M2M-100, NLLB: the target's code; Marian: nothing, its `>>fr<<` tag is a source token);
 when its config names none (mBART-cc25), it is given the whole prefix. Its hypotheses begin with the prefix it was
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import OptionalDependencyMissing
-from pipeline.families import checkpoint_kind
-from pipeline.sequence_layout import DirectionLayout
+from pipeline.runtime.families import checkpoint_kind
+from pipeline.runtime.model_languages import DirectionLayout
 
 log = logging.getLogger("mtpipe.export")
 
@@ -120,7 +120,7 @@ def target_prefix(layout: DirectionLayout, tokenizer: Any, own_start: bool) -> l
 
 
 def max_decoding_length(output_limit: int) -> int:
-    """CTranslate2's max_decoding_length for a pipeline.decoding.output_limit: the limit counts a forced </s>,
+    """CTranslate2's max_decoding_length for a pipeline.runtime.decoding.output_limit: the limit counts a forced </s>,
     CTranslate2 stops after max_decoding_length tokens without one."""
     return max(output_limit - 1, 1)
 

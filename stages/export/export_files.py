@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pipeline.errors import PipelineError
-from pipeline.languages import LANGUAGES_FILE
-from pipeline.text_pieces import TOKENIZER_CONFIG, TOKENIZER_FILES
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.languages import LANGUAGES_FILE
+from pipeline.runtime.text_pieces import TOKENIZER_CONFIG, TOKENIZER_FILES
 
 # Files of models/final that are the PyTorch weights; everything else (tokenizer, configs) is copied.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
@@ -15,7 +15,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
 
 def required_model_files(family: str) -> tuple[str, ...]:
     """What `mtpipe translate` reads besides the graphs and the manifest: the family's tokenizer files
-    (pipeline.text_pieces), the tokenizer config and languages.json (directions and layouts)."""
+    (pipeline.runtime.text_pieces), the tokenizer config and languages.json (directions and layouts)."""
     return (*TOKENIZER_FILES[family], TOKENIZER_CONFIG, LANGUAGES_FILE)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.translate import OnnxSeq2Seq
+from pipeline.runtime.translate import OnnxSeq2Seq
 
 ONNX_DIFFS = ("encoder", "decoder", "decoder_cached", "end_to_end")
 TORCHSCRIPT_DIFFS = ("encoder", "decoder")

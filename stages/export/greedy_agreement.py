@@ -1,10 +1,11 @@
 """Greedy decoding with every runtime against `model.generate`, and how their outputs agree.
 
-Every runtime decodes a batch of one direction from that direction's decoder prefix (pipeline/sequence_layout.py),
-with the same length limit (one per batch, as generate applies it), and returns what follows the prefix: PyTorch
-through stages/prefixed_generate.py, the ONNX graphs through pipeline.beam_search with beam 1, CTranslate2 with
-beam_size 1 and the prefix as its target_prefix. Agreement is the share of token-identical outputs and the corpus
-BLEU (sacreBLEU, cased, 13a) against the references, with its delta to PyTorch's.
+Every runtime decodes a batch of one direction from that direction's decoder prefix
+(pipeline/runtime/model_languages.py), with the same length limit (one per batch, as generate applies it), and returns
+what follows the prefix: PyTorch through pipeline/prefixed_generate.py, the ONNX graphs through
+pipeline.runtime.beam_search with beam 1, CTranslate2 with beam_size 1 and the prefix as its target_prefix. Agreement is
+the share of token-identical outputs and the corpus BLEU (sacreBLEU, cased, 13a) against the references, with its delta
+to PyTorch's.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.beam_search import beam_search
-from pipeline.decoding import SpecialIds
-from pipeline.sequence_layout import DirectionLayout
-from pipeline.translate import OnnxSeq2Seq
+from pipeline.runtime.beam_search import beam_search
+from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.model_languages import DirectionLayout
+from pipeline.runtime.translate import OnnxSeq2Seq
 from stages.export.ctranslate2_model import greedy_ids, target_prefix
 from stages.export.graph_diffs import ParityBatch
 
@@ -36,7 +37,7 @@ def pytorch_greedy(model: Any, batch: ParityBatch, layout: DirectionLayout, limi
     <pad>, </s> forced at the limit."""
     import torch
 
-    from stages.prefixed_generate import generate_from_prefix
+    from pipeline.prefixed_generate import generate_from_prefix
 
     with torch.no_grad():
         return generate_from_prefix(

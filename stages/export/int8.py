@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from pipeline.export_format import GRAPHS, ONNX_FILES, ONNX_INT8_FILES
+from pipeline.runtime.export_format import GRAPHS, ONNX_FILES, ONNX_INT8_FILES
 from stages.export.quiet import quiet_quantizer
 
 log = logging.getLogger("mtpipe.export")

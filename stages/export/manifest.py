@@ -1,14 +1,14 @@
-"""The manifest the stage writes (pipeline/export_format.py's ExportManifest), from the model config, its languages
-(family, directions and whether sources carry a target tag) and params."""
+"""The manifest the stage writes (pipeline/runtime/export_format.py's ExportManifest), from the model config, its
+languages (family, directions and whether sources carry a target tag) and params."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.decoding import SpecialIds
-from pipeline.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam, target_tags_of
 from pipeline.params import EvaluateParams, ExportParams
-from pipeline.sequence_layout import ModelLanguages
+from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam, target_tags_of
+from pipeline.runtime.model_languages import ModelLanguages
 
 # The parity figures the manifest keeps (metrics/export.json has them all).
 PARITY_KEYS = ("n_sentences", "identical_share", "bleu", "onnx", "torchscript", "onnx_int8", "ctranslate2",

@@ -2,7 +2,7 @@
 
 Caches are one (rows, heads, length, head_dim) tensor per layer and kind: stacking them would make the graph split
 and re-stack the whole cache at every step. Sentences, rows, source length, cache length and new-token length are
-all dynamic (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`). Names and layout: pipeline/export_format.py.
+all dynamic (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`). Names and layout: pipeline/runtime/export_format.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 import torch
 
-from pipeline.export_format import ENCODER_INPUTS, ONNX_FILES, decoder_inputs, decoder_outputs, encoder_outputs
+from pipeline.runtime.export_format import ENCODER_INPUTS, ONNX_FILES, decoder_inputs, decoder_outputs, encoder_outputs
 from stages.export.quiet import quiet_exporters
 from stages.export.wrappers import export_wrappers
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from pipeline.decoding import SpecialIds, output_limit, pad_batch
-from pipeline.export_format import CTRANSLATE2_DIR, ONNX_FILES, ONNX_INT8_FILES, Generation
 from pipeline.params import ExportParams
-from pipeline.sequence_layout import DirectionLayout
-from pipeline.translate import OnnxSeq2Seq
+from pipeline.runtime.decoding import SpecialIds, output_limit, pad_batch
+from pipeline.runtime.export_format import CTRANSLATE2_DIR, ONNX_FILES, ONNX_INT8_FILES, Generation
+from pipeline.runtime.model_languages import DirectionLayout
+from pipeline.runtime.translate import OnnxSeq2Seq
 from stages.export.ctranslate2_model import starts_itself
 from stages.export.graph_diffs import ONNX_DIFFS, TORCHSCRIPT_DIFFS, ParityBatch, onnx_diffs, torchscript_diffs, worst
 from stages.export.greedy_agreement import CTranslate2Runtime, greedy_outputs, greedy_report

@@ -18,11 +18,12 @@ from typing import Any
 
 from pipeline.artifacts import Paths, test_splits
 from pipeline.corpus import read_pairs_by_direction
-from pipeline.decoding import SpecialIds
-from pipeline.errors import MissingArtifact, ParityFailed, PipelineError
-from pipeline.families import check_local_checkpoint
-from pipeline.languages import LANGUAGES_FILE, Directions
-from pipeline.sequence_layout import DirectionLayout, ModelLanguages
+from pipeline.errors import MissingArtifact, ParityFailed
+from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import check_local_checkpoint
+from pipeline.runtime.languages import LANGUAGES_FILE, Directions
+from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 
 log = logging.getLogger("mtpipe.export")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pipeline.export_format import GRAPHS, TORCHSCRIPT_FILES
+from pipeline.runtime.export_format import GRAPHS, TORCHSCRIPT_FILES
 from stages.export.quiet import quiet_exporters
 from stages.export.wrappers import legacy_wrappers
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pipeline.decoding import pad_batch
-from pipeline.sequence_layout import DirectionLayout
+from pipeline.runtime.decoding import pad_batch
+from pipeline.runtime.model_languages import DirectionLayout
 
 
 def example_inputs(sources: list[list[int]], targets: list[list[int]], layout: DirectionLayout, pad_id: int

@@ -9,7 +9,7 @@
 The cached decoder is written here over the model's own layers (projections, layer norms, feed-forward), not over
 transformers' Cache objects (whose argument was renamed from `past_key_values` to `cache` in transformers 5): its
 inputs and outputs are plain tensors, which exports cleanly and does not move with that API. Graph names and the
-cache layout are pipeline/export_format.py's. The encoder is the model's own module (it needs no cache).
+cache layout are pipeline/runtime/export_format.py's. The encoder is the model's own module (it needs no cache).
 
 The three architectures the pipeline fine-tunes differ in their decoders in two places only, each one small module
 below, chosen by config.json's model_type (DECODER_ARCHITECTURES):
@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeline.export_format import candidates_for_beam
-from pipeline.families import UnsupportedCheckpoint
+from pipeline.runtime.export_format import candidates_for_beam
+from pipeline.runtime.families import UnsupportedCheckpoint
 
 
 def split_heads(states: Any, head_dim: int) -> Any:

@@ -35,7 +35,8 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from pipeline.artifacts import Paths, read_json, write_json
-from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.errors import MissingArtifact
+from pipeline.runtime.errors import PipelineError
 
 if TYPE_CHECKING:
     from pipeline.params import Params

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.sequence_layout import DirectionLayout
+from pipeline.runtime.model_languages import DirectionLayout
 from pipeline.token_arrays import TokenArray
 
 IGNORE_INDEX = -100  # label value ignored by the loss
@@ -128,7 +128,7 @@ class Batch:
 
 class Collator:
     """Pad a batch of pairs: input = source ids; labels = target ids; decoder input = the row's direction's start
-    id + labels[:-1], as the family's own model shifts its labels (pipeline/sequence_layout.py):
+    id + labels[:-1], as the family's own model shifts its labels (pipeline/runtime/model_languages.py):
 
         Marian (the scratch model too)   start <pad>    (shift_tokens_right with decoder_start_token_id = pad)
         mBART-50, M2M-100, NLLB          start </s>     (decoder_start_token_id = eos)

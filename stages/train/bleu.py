@@ -6,7 +6,7 @@ seeded generator, direction after direction, and is scored on its own: the call 
 hold the direction's source framing: Marian's target tag, mBART's and NLLB's source code), and each translation is
 decoded after its direction's decoder prefix (the start id, then the target's code: `</s> de_DE` for mBART-50,
 M2M-100 and NLLB), so every direction is generated in its target language, as the evaluate stage generates
-(stages/prefixed_generate.py); the hypothesis is what follows the prefix. The references are the target ids
+(pipeline/prefixed_generate.py); the hypothesis is what follows the prefix. The references are the target ids
 without their framing, decoded by the tokenizer in data/tokenized/hf_tokenizer, so the training process needs no
 Parquet reader. All directions' sentences are decoded together, in batches by length (the directions of one
 model have decoder prefixes of one length, so a batch's rows each get their own).
@@ -15,7 +15,7 @@ detokenized SentencePiece pieces (normalised text) and the search is greedy, so 
 signal that tracks, not equals, the evaluate stage's beam-search BLEU on the original text.
 `stages.evaluate.translate`/`score` are not reused: importing that module pulls in the Parquet readers, and
 its `translate` re-tokenizes text that is already encoded here. The batching by tokens, the padding and the
-output length rule are the shared ones (`pipeline.decoding`, numpy only; the length rule with the evaluate
+output length rule are the shared ones (`pipeline.runtime.decoding`, numpy only; the length rule with the evaluate
 stage's default `max_len_a` and `max_len_b`).
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.decoding import output_limit, pad_batch, token_batches
+from pipeline.runtime.decoding import output_limit, pad_batch, token_batches
 from stages.train.batching import Collator
 
 log = logging.getLogger("mtpipe.train")
@@ -78,7 +78,7 @@ class ValidBleu:
         order."""
         import torch
 
-        from stages.prefixed_generate import generate_from_prefix
+        from pipeline.prefixed_generate import generate_from_prefix
 
         hyps = [""] * len(self.sources)
         was_training = model.training

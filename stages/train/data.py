@@ -2,7 +2,7 @@
 
 Everything comes from data/tokenized (the tokenize stage's outputs): meta.json, the memory-mapped
 `<split>.src`/`<split>.tgt` arrays (pipeline.token_arrays) and `<split>.dir.npy` (directions.py), for the train
-and valid splits, and `hf_tokenizer/languages.json` (pipeline.sequence_layout.ModelLanguages): the checkpoint
+and valid splits, and `hf_tokenizer/languages.json` (pipeline.runtime.model_languages.ModelLanguages): the checkpoint
 family and each direction's layout, from which the collators take each direction's decoder start id and the
 special ids truncation keeps, and train-time BLEU each direction's decoder prefix. numpy only.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import PipelineError
-from pipeline.sequence_layout import ModelLanguages
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.model_languages import ModelLanguages
 from pipeline.token_arrays import TokenArray
 from stages.train.batching import Collator
 from stages.train.directions import direction_names, row_directions, rows_by_direction, valid_batches

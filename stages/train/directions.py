@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.errors import MissingArtifact
+from pipeline.runtime.errors import PipelineError
 from pipeline.token_arrays import DIRECTIONS_SUFFIX, read_row_directions
 from stages.train.batching import length_batches
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
-from pipeline.errors import PipelineError
+from pipeline.runtime.errors import PipelineError
 
 
 class TooFewDevices(PipelineError):

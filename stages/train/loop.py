@@ -71,7 +71,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from pipeline.artifacts import write_json
-from pipeline.errors import PipelineError
+from pipeline.runtime.errors import PipelineError
 from stages.train import checkpoint
 from stages.train.batching import IGNORE_INDEX, PlannedUpdate, planned_updates
 from stages.train.bleu import ValidBleu

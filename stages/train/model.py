@@ -2,11 +2,11 @@
 
 Marian is the transformers architecture of Opus-MT: a post-norm Transformer (Vaswani et al. 2017) with
 sinusoidal positions, scaled and shared embeddings, and generation (beam search) built in. Attention runs
-through PyTorch SDPA. Imports only torch, transformers and the stdlib-only pipeline.families.
+through PyTorch SDPA. Imports only torch, transformers and the stdlib-only pipeline.runtime.families.
 
 A pretrained checkpoint (`model.init: pretrained`) must be of one of the families the pipeline exports
-(pipeline/families.py: Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB); its family is read from its config.json and
-tokenizer_config.json before the weights are loaded, and any other one stops with UnsupportedCheckpoint naming
+(pipeline/runtime/families.py: Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB); its family is read from its config.json
+and tokenizer_config.json before the weights are loaded, and any other one stops with UnsupportedCheckpoint naming
 the supported families.
 
 What trains (the `train:` params, applied by the loop): `gradient_checkpointing` recomputes each layer's
@@ -38,8 +38,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import PipelineError
-from pipeline.families import Family, checkpoint_kind, family_of
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import Family, checkpoint_kind, family_of
 
 
 def model_spec(model: Any) -> dict[str, Any]:

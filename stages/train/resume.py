@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pipeline.errors import PipelineError
+from pipeline.runtime.errors import PipelineError
 from stages.train import checkpoint
 from stages.train.distributed import Distributed
 

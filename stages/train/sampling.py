@@ -1,7 +1,7 @@
 """Which pairs each epoch trains on: with several directions, a fresh temperature-sampled draw every epoch.
 
 fairseq's translation_multi_simple_epoch, in numpy. An epoch holds about N pairs, N the training pairs of every
-direction together; direction d gets round(p_d * N) of them, p = pipeline.languages.temperature_shares(pairs per
+direction together; direction d gets round(p_d * N) of them, p = pipeline.runtime.languages.temperature_shares(pairs per
 direction, train.temperature) (p ∝ n ** (1 / T): T = 1 keeps the data's proportions, a larger T flattens them
 towards equal shares). Its pairs are drawn as permutations of its rows, as many as needed, cut to that count:
 an upsampled direction repeats each of its rows as often as any other, give or take one; a downsampled one
@@ -12,14 +12,14 @@ Every draw is seeded from (train.seed, epoch): every rank computes the same epoc
 resumed run, given the epoch and its position in it (the checkpoint's progress), trains on the same batches as
 the uninterrupted run. One direction is not sampled at all: its batches are those length_batches makes of every
 pair once, fixed for the whole run (each epoch only shuffles their order, batching.epoch_order), exactly as a
-one-direction run always trained. numpy (and the stdlib pipeline.languages) only.
+one-direction run always trained. numpy (and the stdlib pipeline.runtime.languages) only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.languages import temperature_shares
+from pipeline.runtime.languages import temperature_shares
 from stages.train.batching import batch_target_tokens, length_batches
 
 # An epoch's seed streams besides batching.epoch_order's SeedSequence((seed, epoch)). SeedSequence ignores

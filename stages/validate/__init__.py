@@ -40,8 +40,8 @@ from typing import Any
 from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import open_pair_file
 from pipeline.errors import MissingArtifact
-from pipeline.languages import Direction
 from pipeline.params import Params
+from pipeline.runtime.languages import Direction
 from stages.validate.chunks import DirectionChunks, write_measure_chunks
 from stages.validate.directions import count_by_direction, directions_to_check, listed_directions
 from stages.validate.example_text import add_example_text

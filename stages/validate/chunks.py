@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import ValidationFailed
-from pipeline.languages import SCRIPTS, Direction
 from pipeline.params import Params
+from pipeline.runtime.languages import SCRIPTS, Direction
 from pipeline.text_checks import LanguageDetector, forget_language_model
 from stages.validate.directions import group_name, is_listed, iter_direction_batches
 from stages.validate.measures import DERIVED_FILE_SCHEMA, SplitMeasurer, derive_columns, language_sample

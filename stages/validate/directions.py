@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.corpus import PAIR_SCHEMA, iter_pair_batches
-from pipeline.languages import Direction
 from pipeline.params import Params
+from pipeline.runtime.languages import Direction
 
 MISSING_LANGUAGE = "?"
 LANGUAGE_COLUMNS = ["src_lang", "tgt_lang"]

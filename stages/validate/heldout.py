@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.languages import Direction
+from pipeline.runtime.languages import Direction
 from stages.validate.directions import direction_names, group_name, iter_direction_batches
 
 HELDOUT_FILE_SCHEMA = pa.schema(

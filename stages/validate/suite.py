@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.languages import SCRIPTS, Direction
 from pipeline.params import Params
+from pipeline.runtime.languages import SCRIPTS, Direction
 from stages.validate.chunks import Chunk, DirectionChunks
 from stages.validate.directions import group_name, is_listed
 from stages.validate.gx_runtime import GxBatch, quiet_gx

@@ -22,6 +22,6 @@ def export_dir(tiny_model_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def translator(export_dir):
-    from pipeline.translate import Translator
+    from pipeline.runtime.translate import Translator
 
     return Translator(export_dir, threads=1)

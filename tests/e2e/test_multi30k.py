@@ -78,7 +78,7 @@ def test_download_keeps_every_row_with_its_origin(project):
 def test_trained_model_beats_the_untrained_one_by_5_bleu(project):
     from pipeline.corpus import read_pairs
     from pipeline.params import load
-    from pipeline.sequence_layout import ModelLanguages
+    from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import score, translate
     from stages.train.model import build_model
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.cli import main
-from pipeline.page_check import check_page, find_chromium
 from pipeline.params import parse
-from pipeline.plots_page import PLOTS_DIR
+from pipeline.tools.cli import main
+from pipeline.tools.plots_page import PLOTS_DIR
+from tests.page_check import check_page, find_chromium
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(find_chromium() is None, reason="no Chromium (apt-get install chromium)")]

@@ -108,7 +108,7 @@ def test_a_misspelt_param_stops_repro_before_any_stage_works_and_keeps_the_outpu
 
 
 def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
-    # pipeline/decoding.py is not evaluate's own module: only its deps say that evaluate runs it.
+    # pipeline/runtime/decoding.py is not evaluate's own module: only its deps say that evaluate runs it.
     helper = project / "pipeline" / "decoding.py"
     original = helper.read_text()
     helper.write_text(original + "# an edit\n")

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline import flow as mtflow
+from pipeline.tools import flow as mtflow
 from tests.e2e.helpers import BIN, dvc, git, project_copy, set_params
 
 pytestmark = pytest.mark.e2e
@@ -546,6 +546,6 @@ def test_prefect_yaml_deploys_both_deployments_to_the_gpu_work_pool(first_nightl
         nightly = client.read_deployment_by_name(NIGHTLY)
         experiment = client.read_deployment_by_name(EXPERIMENT)
     assert nightly.work_pool_name == experiment.work_pool_name == "gpu-pool"
-    assert nightly.entrypoint == "pipeline.flow.pipeline" and nightly.parameters == {"push": True}
+    assert nightly.entrypoint == "pipeline.tools.flow.pipeline" and nightly.parameters == {"push": True}
     assert [(s.schedule.cron, s.schedule.timezone) for s in nightly.schedules] == [("0 2 * * *", "UTC")]
     assert experiment.schedules == []

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.serve.child import ServiceProcess
+from pipeline.runtime.serve.child import ServiceProcess
+from pipeline.tools.cli import main
 from tests.conftest import multi30k_lines
 
 pytestmark = pytest.mark.e2e

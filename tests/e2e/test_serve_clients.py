@@ -18,8 +18,8 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 import requests
 
-from pipeline.decoding import one_line
-from pipeline.serve.child import ServiceProcess
+from pipeline.runtime.decoding import one_line
+from pipeline.runtime.serve.child import ServiceProcess
 from tests.conftest import multi30k_lines
 
 pytestmark = pytest.mark.e2e

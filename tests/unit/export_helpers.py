@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.artifacts import Paths
-from pipeline.languages import Directions
 from pipeline.params import Params, parse
+from pipeline.runtime.languages import Directions
 
 # Scales the untrained model's logits from std ~0.16 to ~1.6: top-2 margins go from ~1e-5 to ~0.5.
 EMBEDDING_SCALE = 10.0

@@ -48,8 +48,8 @@ def tagged_tiny_model(root: Path, directions: tuple[str, ...], sizes: dict[str, 
     import pyarrow.parquet as pq
 
     from pipeline.artifacts import Paths
-    from pipeline.languages import Directions
     from pipeline.params import parse
+    from pipeline.runtime.languages import Directions
     from stages.tokenize import scratch_languages
     from stages.train.model import build_model
     from stages.train.save import save_final

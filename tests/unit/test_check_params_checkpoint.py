@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.errors import PipelineError
-from pipeline.families import (
+from pipeline.params import parse
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import (
     DirectionNotTranslated,
     MissingLanguageCode,
     check_local_checkpoint,
     checkpoint_tokens,
 )
-from pipeline.params import parse
 from stages import check_params, tokenize
 from tests.conftest import REPO, write_clean_splits
 
@@ -90,7 +90,7 @@ def test_a_family_that_sets_languages_translates_between_any_two_of_its_codes(fa
 def test_the_files_name_every_language_code_the_loaded_tokenizer_has(family, tiny_checkpoint):
     from transformers import AutoTokenizer
 
-    from stages.tokenizer_layout import tokenizer_vocabulary
+    from stages.tokenize.checkpoint_tokenizer import tokenizer_vocabulary
 
     checkpoint = tiny_checkpoint(family)
     kind = check_local_checkpoint(checkpoint)
@@ -182,7 +182,7 @@ def test_tokenize_makes_the_same_check_on_the_tokenizer_it_loads_before_encoding
 
 def test_the_check_reads_files_only_without_importing_torch_or_transformers(tiny_checkpoint):
     probe = ("import sys\n"
-             "from pipeline.languages import Directions\n"
+             "from pipeline.runtime.languages import Directions\n"
              "from stages.check_params import check_checkpoint\n"
              f"check_checkpoint({str(tiny_checkpoint('nllb'))!r}, Directions.of(['en-de', 'de-fr']), {{}})\n"
              "print(sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules))\n")

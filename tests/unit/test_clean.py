@@ -14,8 +14,9 @@ import pytest
 
 from pipeline import corpus
 from pipeline.artifacts import Paths
-from pipeline.errors import InputFileError, MissingArtifact, PipelineError
+from pipeline.errors import MissingArtifact
 from pipeline.params import parse
+from pipeline.runtime.errors import InputFileError, PipelineError
 from pipeline.text_checks import HashSet64
 from stages import clean
 from tests.conftest import write_pair_parquet

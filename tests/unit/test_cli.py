@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pipeline.artifacts import Paths
-from pipeline.cli import main, summary
+from pipeline.tools.cli import main, summary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,6 @@ def test_summary_lists_scores_and_marks_missing_artifacts(tmp_path):
 
 def test_console_script_starts_without_heavy_imports():
     heavy = "('torch', 'transformers', 'dvc', 'prefect')"
-    code = f"import sys, pipeline.cli; print(sorted(m for m in {heavy} if m in sys.modules))"
+    code = f"import sys, pipeline.tools.cli; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from pipeline.artifacts import Paths, write_json
-from pipeline.cli import main, summary
 from pipeline.offline_pages import page_references
-from pipeline.plots_page import PLOTS_DIR
+from pipeline.tools.cli import main, summary
+from pipeline.tools.plots_page import PLOTS_DIR
 from tests.unit.test_card import EVAL, EVAL_MULTI, EXPORT, TRAIN
 
 DVC = Path(sys.executable).with_name("dvc")

@@ -81,7 +81,8 @@ def test_train_reruns_only_for_model_and_train_params():
 def test_stage_modules_import_without_heavy_libraries():
     code = (
         "import sys\n"
-        "import pipeline.cli, stages.check_params, stages.download, stages.clean, stages.validate, stages.tokenize, "
+        "import pipeline.tools.cli, stages.check_params, stages.download, stages.clean, stages.validate, "
+        "stages.tokenize, "
         "stages.train, stages.evaluate, stages.export, stages.card\n"
         "heavy = [m for m in ('torch', 'transformers', 'great_expectations', 'prefect', 'dvc', 'onnxruntime',"
         " 'datasets', 'pandas') if m in sys.modules]\n"

@@ -1,10 +1,10 @@
-"""pipeline/decoding.py: the one output length rule, and the batching helpers every decoder shares."""
+"""pipeline/runtime/decoding.py: the one output length rule, and the batching helpers every decoder shares."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.decoding import output_limit, pad_batch, strip_hypothesis
+from pipeline.runtime.decoding import output_limit, pad_batch, strip_hypothesis
 
 
 def test_the_output_limit_is_a_times_source_length_plus_b_within_the_positions():

@@ -283,7 +283,9 @@ def test_dockerignore_keeps_data_models_environments_and_dvc_cache_out_of_the_bu
     patterns = {line.strip().rstrip("/") for line in lines if line.strip() and not line.startswith("#")}
     assert {"data", "models", "reports", "metrics", "dvclive", ".venv", ".dvc/cache", ".dvc/tmp", ".git"} <= patterns
     assert {"**/__pycache__", "**/*.onnx", ".pytest_cache"} <= patterns
-    for needed in ("pyproject.toml", "docker/entrypoint.sh", "pipeline/cli.py", "stages/train/loop.py", "dvc.yaml"):
+    needed_files = ("pyproject.toml", "docker/entrypoint.sh", "pipeline/tools/cli.py", "stages/train/loop.py",
+                    "dvc.yaml")
+    for needed in needed_files:
         assert not any(fnmatch(needed, p) or needed.startswith(p + "/") for p in patterns), needed
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from pipeline import artifacts
 from pipeline.artifacts import Paths
-from pipeline.errors import CorpusMisaligned, HubUnreachable, InputFileError, PipelineError
+from pipeline.errors import CorpusMisaligned, HubUnreachable
 from pipeline.params import HUB_PRESETS, parse
+from pipeline.runtime.errors import InputFileError, PipelineError
 from stages import download
 from tests.conftest import MULTI30K
 from tests.unit.hub_layouts import redirect_hub, write_translation_repo
@@ -816,7 +817,7 @@ def test_wmt14_reads_each_direction_from_its_config_in_its_orientation_into_one_
 
 
 def test_wmt14_config_is_the_pair_with_english_whatever_the_orientation():
-    from pipeline.languages import Direction
+    from pipeline.runtime.languages import Direction
     from stages.download.hub import choose_config
 
     configs = ["cs-en", "de-en", "fr-en", "hi-en", "ru-en"]

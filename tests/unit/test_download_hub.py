@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.errors import HubUnreachable, InputFileError, PipelineError
+from pipeline.errors import HubUnreachable
 from pipeline.params import ParamsError, parse
+from pipeline.runtime.errors import InputFileError, PipelineError
 from stages import download
 from tests.unit.hub_layouts import (
     write_cardless_parquet,

@@ -20,17 +20,18 @@ import pytest
 
 from pipeline.artifacts import Paths, read_json
 from pipeline.corpus import read_pairs_by_direction
-from pipeline.errors import MissingArtifact, PipelineError
-from pipeline.languages import LANGUAGES_FILE, Directions
-from pipeline.page_check import check_page, find_chromium
+from pipeline.errors import MissingArtifact
 from pipeline.params import MACRO, parse
-from pipeline.sequence_layout import ModelLanguages
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.languages import LANGUAGES_FILE, Directions
+from pipeline.runtime.model_languages import ModelLanguages
 from stages import evaluate
 from stages.evaluate.length_plot import length_bins, length_plot_svg, nice_step
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
 from stages.evaluate.results import DirectionResult
 from tests.conftest import multi30k_lines, write_clean_splits, write_pair_parquet
+from tests.page_check import check_page, find_chromium
 from tests.unit.export_helpers import one_torch_thread
 from tests.unit.tagged_model import tagged_tiny_model
 

@@ -5,8 +5,8 @@ translations equal transformers' own `generate` with the target forced its way, 
 decoded as plain `generate` decodes it (the scratch path unchanged).
 
 The checkpoints are the tiny random ones of tests/unit/tiny_checkpoints.py, with the `languages.json` the tokenize
-stage writes for them (its layouts measured on the tokenizer by stages/tokenizer_layout.py); the untrained models
-never end a sentence on their own, so every translation runs to its length limit and exercises it.
+stage writes for them (its layouts measured on the tokenizer by stages/tokenize/checkpoint_tokenizer.py); the untrained
+models never end a sentence on their own, so every translation runs to its length limit and exercises it.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.decoding import output_limit
-from pipeline.errors import PipelineError
-from pipeline.families import FAMILIES, Family
-from pipeline.languages import LANGUAGES_FILE, Direction, Directions
 from pipeline.params import parse
-from pipeline.sequence_layout import DirectionLayout, ModelLanguages
+from pipeline.runtime.decoding import output_limit
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import FAMILIES, Family
+from pipeline.runtime.languages import LANGUAGES_FILE, Direction, Directions
+from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 from stages import evaluate
-from stages.tokenizer_layout import measure_layout, set_direction
+from stages.tokenize.checkpoint_tokenizer import measure_layout, set_direction
 from tests.conftest import write_clean_splits
 
 pytestmark = pytest.mark.usefixtures("torch_on_one_thread")
@@ -215,8 +215,8 @@ def test_each_limit_counts_the_tokens_after_the_prefix_and_each_row_may_have_its
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from pipeline.decoding import pad_batch
-    from stages.prefixed_generate import generate_from_prefix
+    from pipeline.prefixed_generate import generate_from_prefix
+    from pipeline.runtime.decoding import pad_batch
 
     checkpoint = tiny_checkpoint("mbart50")
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()

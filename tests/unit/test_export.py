@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import Paths, read_json
-from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed, PipelineError
-from pipeline.export_format import ExportManifest
-from pipeline.languages import Directions
+from pipeline.errors import MissingArtifact, OptionalDependencyMissing, ParityFailed
 from pipeline.params import ParamsError, parse
-from pipeline.sequence_layout import ModelLanguages
-from pipeline.translate import OnnxSeq2Seq
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.export_format import ExportManifest
+from pipeline.runtime.languages import Directions
+from pipeline.runtime.model_languages import ModelLanguages
+from pipeline.runtime.translate import OnnxSeq2Seq
 from stages import export
 from stages.export import gate, onnx_graphs, quiet, stage_inputs, wrappers
 from tests.conftest import write_pair_parquet

@@ -15,8 +15,8 @@ import pytest
 
 from pipeline.artifacts import Paths, read_json
 from pipeline.errors import ParityFailed
-from pipeline.languages import Directions
 from pipeline.params import parse
+from pipeline.runtime.languages import Directions
 from stages.export.gate import ctranslate2_failures, ctranslate2_fix, gate_message, parity_failures
 from tests.conftest import write_clean_splits
 from tests.unit.export_helpers import CTRANSLATE2_INSTALLED, one_torch_thread

@@ -20,15 +20,15 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import Paths, read_json
-from pipeline.beam_search import beam_search
-from pipeline.decoding import SpecialIds, pad_batch
-from pipeline.errors import PipelineError
-from pipeline.export_format import ExportManifest
-from pipeline.families import UnsupportedCheckpoint, check_local_checkpoint
-from pipeline.languages import Directions
 from pipeline.params import parse
-from pipeline.sequence_layout import ModelLanguages
-from pipeline.translate import OnnxSeq2Seq
+from pipeline.runtime.beam_search import beam_search
+from pipeline.runtime.decoding import SpecialIds, pad_batch
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.export_format import ExportManifest
+from pipeline.runtime.families import UnsupportedCheckpoint, check_local_checkpoint
+from pipeline.runtime.languages import Directions
+from pipeline.runtime.model_languages import ModelLanguages
+from pipeline.runtime.translate import OnnxSeq2Seq
 from tests.conftest import write_clean_splits
 from tests.unit.export_helpers import CTRANSLATE2_INSTALLED, one_torch_thread
 from tests.unit.tiny_checkpoints import build_tiny
@@ -75,7 +75,7 @@ def write_languages(model_dir: Path, directions: Directions) -> ModelLanguages:
     from transformers import AutoConfig, AutoTokenizer
 
     from stages.tokenize import checkpoint_codes
-    from stages.tokenizer_layout import measure_layout, tokenizer_vocabulary
+    from stages.tokenize.checkpoint_tokenizer import measure_layout, tokenizer_vocabulary
 
     family = check_local_checkpoint(model_dir)
     tokenizer, config = AutoTokenizer.from_pretrained(model_dir), AutoConfig.from_pretrained(model_dir)
@@ -144,7 +144,7 @@ def pytorch_hypotheses(model, ids: np.ndarray, mask: np.ndarray, prefix: tuple[i
                        ) -> list[list[int]]:
     import torch
 
-    from stages.prefixed_generate import generate_from_prefix
+    from pipeline.prefixed_generate import generate_from_prefix
 
     ids_of = special_ids(model)
     with torch.no_grad():
@@ -178,7 +178,7 @@ def test_every_family_passes_the_parity_gate_on_each_direction_and_records_its_f
 def test_the_export_holds_the_languages_with_layouts_and_the_family_s_tokenizer_files(exported_family):
     from transformers import AutoTokenizer
 
-    from pipeline.text_pieces import TOKENIZER_FILES, text_pieces
+    from pipeline.runtime.text_pieces import TOKENIZER_FILES, text_pieces
 
     _, paths = exported_family
     manifest = ExportManifest.read(paths.export)
@@ -261,9 +261,9 @@ def test_mtpipe_translate_reads_each_family_s_export_as_its_tokenizer_and_genera
     the direction, translations as generate's from the prefix, beam 4, each sentence with its own length limit."""
     import torch
 
-    from pipeline.translate import Translator
-    from stages.prefixed_generate import generate_from_prefix
-    from stages.tokenizer_layout import set_direction
+    from pipeline.prefixed_generate import generate_from_prefix
+    from pipeline.runtime.translate import Translator
+    from stages.tokenize.checkpoint_tokenizer import set_direction
 
     _, paths = exported_family
     model, tokenizer, languages = loaded(paths)

@@ -1,5 +1,5 @@
-"""pipeline/export_format.py: the manifest `export.json` round-trips (with the model's family and directions), and
-a missing, mistyped or old one is refused with an error naming the file and the field."""
+"""pipeline/runtime/export_format.py: the manifest `export.json` round-trips (with the model's family and directions),
+and a missing, mistyped or old one is refused with an error naming the file and the field."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.decoding import SpecialIds
-from pipeline.export_format import (
+from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.export_format import (
     MANIFEST,
     MANIFEST_VERSION,
     ExportDirError,

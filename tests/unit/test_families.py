@@ -1,5 +1,5 @@
-"""Checkpoint families and language codes (pipeline/families.py), the recorded layouts (pipeline/sequence_layout.py)
-and the params check of a local checkpoint (stages/check_params.py)."""
+"""Checkpoint families and language codes (pipeline/runtime/families.py), the recorded layouts
+(pipeline/runtime/model_languages.py) and the params check of a local checkpoint (stages/check_params.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import PipelineError
-from pipeline.families import (
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import (
     FAMILIES,
     DirectionNotTranslated,
     MissingLanguageCode,
@@ -23,8 +23,8 @@ from pipeline.families import (
     language_codes,
     languages_named,
 )
-from pipeline.languages import Directions
-from pipeline.sequence_layout import DirectionLayout, ModelLanguages, split_framing
+from pipeline.runtime.languages import Directions
+from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages, split_framing
 from stages.check_params import check_checkpoint
 
 FAMILY = {f.name: f for f in FAMILIES}

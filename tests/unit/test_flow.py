@@ -1,4 +1,4 @@
-"""pipeline/flow.py without a server: DAG order from DVC, task options, DVC output, reports, prefect.yaml."""
+"""pipeline/tools/flow.py without a server: DAG order from DVC, task options, DVC output, reports, prefect.yaml."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import cli
-from pipeline import flow as mtflow
+from pipeline.tools import cli
+from pipeline.tools import flow as mtflow
 
 REPO = Path(__file__).resolve().parents[2]
 DVC = str(Path(sys.executable).with_name("dvc"))

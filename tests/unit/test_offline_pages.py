@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import offline_pages
 from pipeline.offline_pages import OfflinePageError, make_offline, page_references
-from pipeline.web_assets import SITE_ASSETS, package_dir, served_file
+from pipeline.runtime.web_assets import SITE_ASSETS, package_dir, served_file
 
 BOOTSTRAP_CSS = "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css"
 POPPER = "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js"

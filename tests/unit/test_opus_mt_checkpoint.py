@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipeline.families import check_local_checkpoint
+from pipeline.runtime.families import check_local_checkpoint
 from tests.unit.tiny_checkpoints import OPUS_MT_NAMES
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.page_check import check_page, find_chromium, is_local, main
+from tests.page_check import check_page, find_chromium, is_local, main
 
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium (apt-get install chromium)")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

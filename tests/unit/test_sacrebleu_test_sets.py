@@ -16,9 +16,9 @@ import pytest
 
 from pipeline import artifacts
 from pipeline.artifacts import Paths
-from pipeline.errors import PipelineError
-from pipeline.languages import Directions
 from pipeline.params import parse
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.languages import Directions
 from pipeline.sacrebleu_sets import check_test_sets, split_name
 from stages import check_params, clean, download
 

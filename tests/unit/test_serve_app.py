@@ -1,5 +1,5 @@
-"""pipeline/serve/app.py in-process, called through ASGI with a stand-in engine: readiness follows the batcher, a
-fault of the engine is a JSON 500 that the next request does not inherit, every answer is counted by status, and
+"""pipeline/runtime/serve/app.py in-process, called through ASGI with a stand-in engine: readiness follows the batcher,
+a fault of the engine is a JSON 500 that the next request does not inherit, every answer is counted by status, and
 serving imports no torch. On the real two-target export (en-de, en-fr): /languages lists both targets, a request is
 translated into the target it names, and a target the model lacks is a 400 listing the ones it has.
 (The real service over HTTP is tests/e2e/test_serve.py.)"""
@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.languages import Direction, Directions
-from pipeline.serve.app import create_app
-from pipeline.serve.languages import ModelLanguages
-from pipeline.serve.settings import ServeSettings
+from pipeline.runtime.languages import Direction, Directions
+from pipeline.runtime.serve.app import create_app
+from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.settings import ServeSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,15 +108,16 @@ def test_an_engine_fault_is_a_json_500_and_the_next_request_is_served():
 
 
 def test_serving_imports_neither_torch_nor_transformers():
-    code = ("import sys, pipeline.cli, pipeline.serve.server, pipeline.serve.app, pipeline.serve.engine, "
-            "pipeline.translate; print([m for m in ('torch', 'transformers') if m in sys.modules])")
+    code = ("import sys, pipeline.tools.cli, pipeline.runtime.serve.server, pipeline.runtime.serve.app, "
+            "pipeline.runtime.serve.engine, "
+            "pipeline.runtime.translate; print([m for m in ('torch', 'transformers') if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
 
 def test_a_two_target_export_lists_its_targets_translates_into_each_and_refuses_others(two_target_exported):
-    from pipeline.serve.engine import TranslationEngine
-    from pipeline.translate import Translator
+    from pipeline.runtime.serve.engine import TranslationEngine
+    from pipeline.runtime.translate import Translator
 
     settings = ServeSettings(model_dir=two_target_exported.export, max_wait_ms=0, beam=2)
     app = create_app(TranslationEngine.load(settings), settings)

@@ -1,4 +1,4 @@
-"""pipeline/serve/batcher.py on a scripted translate function: which lines share a batch, when a batch leaves,
+"""pipeline/runtime/serve/batcher.py on a scripted translate function: which lines share a batch, when a batch leaves,
 what a cancelled or refused request costs. No model: "translating" a line of ids gives the text of its ids, and
 every batch the workers get is recorded."""
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from pipeline.serve.batcher import Batcher, NotRunning, QueueFull
-from pipeline.serve.metrics import ServiceMetrics
+from pipeline.runtime.serve.batcher import Batcher, NotRunning, QueueFull
+from pipeline.runtime.serve.metrics import ServiceMetrics
 
 
 class ScriptedTranslate:

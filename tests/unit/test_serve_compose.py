@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.serve.server import SHUTDOWN_MARGIN_S
-from pipeline.serve.settings import ServeSettings
+from pipeline.runtime.serve.server import SHUTDOWN_MARGIN_S
+from pipeline.runtime.serve.settings import ServeSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"

@@ -1,4 +1,4 @@
-"""pipeline/serve/detect.py and `source: "auto"`: a text's language is detected (py3langid) among the model's
+"""pipeline/runtime/serve/detect.py and `source: "auto"`: a text's language is detected (py3langid) among the model's
 sources, with LibreTranslate's confidence in percent; "auto" translates each item of `q` from the source found
 among those that go into the target, also on a model of several sources, and says so in detectedLanguage."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.languages import Direction, Directions
-from pipeline.serve import detect
-from pipeline.serve.errors import BadRequest, OverLimit
-from pipeline.serve.languages import ModelLanguages
-from pipeline.serve.schema import DetectRequest, TranslateRequest
-from pipeline.serve.settings import ServeSettings
-from pipeline.serve.translate_request import detections, prepare
+from pipeline.runtime.languages import Direction, Directions
+from pipeline.runtime.serve import detect
+from pipeline.runtime.serve.errors import BadRequest, OverLimit
+from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.schema import DetectRequest, TranslateRequest
+from pipeline.runtime.serve.settings import ServeSettings
+from pipeline.runtime.serve.translate_request import detections, prepare
 
 ENGLISH = "A man in a blue shirt is standing on a ladder."
 GERMAN = "Ein Mann in einem blauen Hemd steht auf einer Leiter."

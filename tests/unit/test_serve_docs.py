@@ -1,4 +1,4 @@
-"""pipeline/serve/docs.py: the /docs page loads only the service's own copies of Swagger UI, the very files the
+"""pipeline/runtime/serve/docs.py: the /docs page loads only the service's own copies of Swagger UI, the very files the
 manifest records, and they are the files FastAPI's page would take from the CDN. (tests/e2e/test_serve_schema.py
 opens the page of the running service in Chromium with the network cut off.)"""
 
@@ -16,8 +16,8 @@ from fastapi import FastAPI  # noqa: E402
 from fastapi.openapi.docs import get_swagger_ui_html  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from pipeline.serve.docs import SWAGGER_UI, add_docs  # noqa: E402
-from pipeline.web_assets import served_file, vendored_files  # noqa: E402
+from pipeline.runtime.serve.docs import SWAGGER_UI, add_docs  # noqa: E402
+from pipeline.runtime.web_assets import served_file, vendored_files  # noqa: E402
 
 LOADED = re.compile(r"""(?:src|href)=["']([^"']+)["']""")
 

@@ -1,5 +1,5 @@
-"""pipeline/serve/request_fields.py and the fields' validation: a request's fields read the same from a JSON body,
-an urlencoded form, a multipart form and the query string, as LibreTranslate reads them; every malformed body gets
+"""pipeline/runtime/serve/request_fields.py and the fields' validation: a request's fields read the same from a JSON
+body, an urlencoded form, a multipart form and the query string, as LibreTranslate reads them; every malformed body gets
 a 4xx naming the problem (never a 500: an integer past Python's digit limit, a lone surrogate), and `/languages`
 names each language in English."""
 
@@ -11,13 +11,13 @@ from urllib.parse import urlencode
 import pytest
 import requests
 
-from pipeline.languages import Directions
-from pipeline.serve.errors import ApiError, BadRequest, InvalidFields, OverLimit
-from pipeline.serve.languages import ModelLanguages
-from pipeline.serve.request_fields import UnsupportedMediaType, fields_of
-from pipeline.serve.schema import TranslateRequest
-from pipeline.serve.settings import ServeSettings
-from pipeline.serve.translate_request import TRANSLATE_FIELDS, parse_fields, prepare
+from pipeline.runtime.languages import Directions
+from pipeline.runtime.serve.errors import ApiError, BadRequest, InvalidFields, OverLimit
+from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.request_fields import UnsupportedMediaType, fields_of
+from pipeline.runtime.serve.schema import TranslateRequest
+from pipeline.runtime.serve.settings import ServeSettings
+from pipeline.runtime.serve.translate_request import TRANSLATE_FIELDS, parse_fields, prepare
 
 FIELDS = {"q": "A dog.", "source": "en", "target": "de"}
 
@@ -191,7 +191,7 @@ def test_an_html_item_counts_its_text_nodes_against_the_line_limit_and_names_a_l
 
 
 def test_alternatives_of_a_text_of_several_lines_take_each_lines_kth_hypothesis_distinct_from_the_best():
-    from pipeline.serve.engine import Translation
+    from pipeline.runtime.serve.engine import Translation
 
     def line(best: str, *others: str) -> Translation:
         return Translation(best, [list(map(ord, o)) for o in others], lambda ids: "".join(map(chr, ids)))

@@ -1,11 +1,11 @@
-"""pipeline/serve/html_text.py: `format: "html"` translates a document's text nodes and keeps its markup byte for
-byte; a document that is not well nested is refused naming the tags and where they are."""
+"""pipeline/runtime/serve/html_text.py: `format: "html"` translates a document's text nodes and keeps its markup byte
+for byte; a document that is not well nested is refused naming the tags and where they are."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.serve.html_text import HtmlError, parse
+from pipeline.runtime.serve.html_text import HtmlError, parse
 
 
 def bracketed(document: str) -> str:

@@ -1,4 +1,4 @@
-"""pipeline/serve/http_protocol.py under a real uvicorn (the service's own configuration, around a small echo
+"""pipeline/runtime/serve/http_protocol.py under a real uvicorn (the service's own configuration, around a small echo
 application): what the HTTP layer answers itself is JSON {"error": ...} with a message for the client, and slow or
 idle clients are let go on time: a half-sent head, a stalled body, a connection over the cap, a stalled body at
 shutdown. The limits are short here (fractions of a second); the bounds asserted are generous multiples of them."""
@@ -23,10 +23,10 @@ pytest.importorskip("uvicorn")
 
 import uvicorn  # noqa: E402
 
-from pipeline.cli import main  # noqa: E402
-from pipeline.serve.http_protocol import answer_json_when_cancelled  # noqa: E402
-from pipeline.serve.server import FILE_HEADROOM, allow_open_files, bind, uvicorn_config  # noqa: E402
-from pipeline.serve.settings import ServeSettings, SettingsError  # noqa: E402
+from pipeline.runtime.serve.http_protocol import answer_json_when_cancelled  # noqa: E402
+from pipeline.runtime.serve.server import FILE_HEADROOM, allow_open_files, bind, uvicorn_config  # noqa: E402
+from pipeline.runtime.serve.settings import ServeSettings, SettingsError  # noqa: E402
+from pipeline.tools.cli import main  # noqa: E402
 
 HEAD = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 

@@ -1,4 +1,4 @@
-"""pipeline/serve/translate_request.py: each bad body is refused with its own status and a message naming the
+"""pipeline/runtime/serve/translate_request.py: each bad body is refused with its own status and a message naming the
 problem; a good one becomes source ids per line, tokenized for its direction, and comes back in the shape of `q`. The
 engine is a stand-in whose tokenizer gives one id per character, and a tag id (the target's first letter, negated)
 first where the model's targets are tagged (the limits are what is tested, not SentencePiece)."""
@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from pipeline.languages import Direction, Directions
-from pipeline.serve.errors import BadRequest, InvalidFields, OverLimit
-from pipeline.serve.languages import ModelLanguages
-from pipeline.serve.settings import ServeSettings
-from pipeline.serve.translate_request import parse_body, prepare
+from pipeline.runtime.languages import Direction, Directions
+from pipeline.runtime.serve.errors import BadRequest, InvalidFields, OverLimit
+from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.settings import ServeSettings
+from pipeline.runtime.serve.translate_request import parse_body, prepare
 
 
 class CharacterEngine:

@@ -1,5 +1,5 @@
-"""pipeline/serve/server.py's socket: its connections get TCP_NODELAY from asyncio (without it, every response after
-the first on a keep-alive connection waited for the client's delayed ACK), and a taken address is an
+"""pipeline/runtime/serve/server.py's socket: its connections get TCP_NODELAY from asyncio (without it, every response
+after the first on a keep-alive connection waited for the client's delayed ACK), and a taken address is an
 error naming it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from pipeline.errors import PipelineError
-from pipeline.serve.server import bind
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.serve.server import bind
 
 
 def test_connections_to_the_bound_socket_are_tcp_nodelay():

@@ -1,6 +1,6 @@
-"""pipeline/serve/settings.py, pipeline/serve/languages.py and `mtpipe serve`'s flags: a bad setting or a directory
-that is not an export stops the command before anything loads or listens, with the flag or file in the message; a
-request's languages are checked against the model's directions."""
+"""pipeline/runtime/serve/settings.py, pipeline/runtime/serve/languages.py and `mtpipe serve`'s flags: a bad setting or
+a directory that is not an export stops the command before anything loads or listens, with the flag or file in the
+message; a request's languages are checked against the model's directions."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import argparse
 
 import pytest
 
-from pipeline.cli import _add_serve_parser, main
-from pipeline.languages import Direction, Directions
-from pipeline.serve.languages import ModelLanguages, UnsupportedLanguage
-from pipeline.serve.settings import ServeSettings, SettingsError, flag
+from pipeline.runtime.languages import Direction, Directions
+from pipeline.runtime.serve.languages import ModelLanguages, UnsupportedLanguage
+from pipeline.runtime.serve.settings import ServeSettings, SettingsError, flag
+from pipeline.tools.cli import _add_serve_parser, main
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pipeline.families import FAMILIES, Family, check_local_checkpoint, language_codes
+from pipeline.runtime.families import FAMILIES, Family, check_local_checkpoint, language_codes
 from tests.unit.tiny_checkpoints import FAMILY_NAMES, MARIAN_TAGS, build_tiny
 
 SOURCE, TARGET = "The dog runs on the beach.", "Der Hund läuft am Strand."

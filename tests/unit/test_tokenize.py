@@ -14,8 +14,8 @@ import pytest
 from pipeline.artifacts import Paths
 from pipeline.corpus import PAIR_SCHEMA, read_pairs
 from pipeline.errors import MissingArtifact
-from pipeline.languages import Directions
 from pipeline.params import parse
+from pipeline.runtime.languages import Directions
 from pipeline.token_arrays import TokenArray, read_row_directions
 from stages import clean, tokenize
 from tests.conftest import write_clean_splits

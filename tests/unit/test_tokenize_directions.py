@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.errors import InputFileError, PipelineError
-from pipeline.languages import Directions, temperature_shares
 from pipeline.params import ParamsError, parse
+from pipeline.runtime.errors import InputFileError, PipelineError
+from pipeline.runtime.languages import Directions, temperature_shares
 from pipeline.token_arrays import TokenArray, read_row_directions
 from stages import tokenize
 from tests.conftest import write_clean_splits
@@ -121,7 +121,7 @@ def test_transformers_tokenizer_gives_identical_ids_on_every_valid_row(tokenized
 
 
 def test_mtpipe_translate_s_tokenizer_gives_identical_ids_on_every_valid_row(tokenized):
-    from pipeline.translate import MarianSentencePiece
+    from pipeline.runtime.translate import MarianSentencePiece
 
     hf = tokenized.tokenized / "hf_tokenizer"
     tok, directions = MarianSentencePiece(hf), Directions.read(hf)

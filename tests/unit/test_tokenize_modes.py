@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.languages import Directions
 from pipeline.params import parse
+from pipeline.runtime.languages import Directions
 from pipeline.token_arrays import TokenArray
 from stages import tokenize
 from tests.conftest import write_clean_splits
@@ -62,7 +62,7 @@ def test_separate_vocabularies_give_one_model_per_side_with_the_same_pad_id(corp
 
 
 def test_separate_vocabulary_too_large_for_the_corpus_names_the_param(corpus, tmp_path):
-    from pipeline.errors import PipelineError
+    from pipeline.runtime.errors import PipelineError
 
     paths = fresh_root(corpus, tmp_path)
     with pytest.raises(PipelineError, match="tokenize.vocab_size=60000"):

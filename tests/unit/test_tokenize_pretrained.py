@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.errors import HubUnreachable, PipelineError
-from pipeline.families import MissingLanguageCode, UnsupportedCheckpoint
+from pipeline.errors import HubUnreachable
 from pipeline.params import parse
-from pipeline.sequence_layout import ModelLanguages
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import MissingLanguageCode, UnsupportedCheckpoint
+from pipeline.runtime.model_languages import ModelLanguages
 from pipeline.token_arrays import TokenArray, read_row_directions
 from stages import tokenize
 from tests.conftest import write_interleaved_splits
@@ -26,7 +27,7 @@ TWO = ("en-de", "en-fr")
 SIZES = {"train": 120, "valid": 40, "test": 40}
 FAMILIES = ("marian-multi", "mbart", "mbart50", "m2m100", "nllb")
 
-# Written out here rather than taken from pipeline/families.py: each family's code of a language (as a token),
+# Written out here rather than taken from pipeline/runtime/families.py: each family's code of a language (as a token),
 # and what its tokenizer's src_lang/tgt_lang are set to for it (M2M-100 takes "de" for "__de__").
 CODES = {
     "marian": {},  # a single-target checkpoint: plain text
@@ -40,7 +41,7 @@ TOLD = {**CODES, "m2m100": {"en": "en", "de": "de", "fr": "fr"}}
 
 
 def expected_layout(family: str, src: str, tgt: str) -> dict:
-    """The table of pipeline/sequence_layout.py, in tokens, for one direction."""
+    """The table of pipeline/runtime/model_languages.py, in tokens, for one direction."""
     codes = CODES[family]
     if family == "marian-multi":
         return {"source_prefix": [codes[tgt]], "source_suffix": ["</s>"], "target_prefix": [],

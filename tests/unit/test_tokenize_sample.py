@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.errors import InputFileError
-from pipeline.languages import Directions, temperature_shares
-from stages.tokenize_sample import balanced_sample, draw_times, language_quotas, row_directions
+from pipeline.runtime.errors import InputFileError
+from pipeline.runtime.languages import Directions, temperature_shares
+from stages.tokenize.sample import balanced_sample, draw_times, language_quotas, row_directions
 from tests.conftest import write_pair_parquet
 
 SIZES = {"en": 90_000, "de": 9_000, "hi": 1_000}

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.errors import MissingArtifact, PipelineError
+from pipeline.errors import MissingArtifact
 from pipeline.params import parse
+from pipeline.runtime.errors import PipelineError
 from stages import tokenize, train
 from tests.conftest import write_clean_splits
 
@@ -386,7 +387,7 @@ def test_two_directions_mix_in_training_batches_and_are_validated_apart_and_deci
         two_directions, tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
-    from pipeline.languages import Directions
+    from pipeline.runtime.languages import Directions
     from stages.train import loop
 
     tags = AutoTokenizer.from_pretrained(two_directions / "data/tokenized/hf_tokenizer").convert_tokens_to_ids(

@@ -172,7 +172,7 @@ def test_rank_0_decides_the_resume_and_ranks_that_see_another_checkpoint_stop_wi
 def test_more_processes_than_gpus_is_a_clear_error(monkeypatch):
     import torch
 
-    from pipeline.errors import PipelineError
+    from pipeline.runtime.errors import PipelineError
     from stages.train.distributed import Distributed, TooFewDevices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -412,7 +412,7 @@ def test_prefetched_updates_are_the_planned_ones_in_order_built_ahead_and_errors
 def test_train_time_bleu_decodes_with_the_evaluate_stage_length_rule(tokenized):
     import torch
 
-    from pipeline.decoding import output_limit
+    from pipeline.runtime.decoding import output_limit
     from pipeline.token_arrays import TokenArray
     from stages.train.batching import Collator
     from stages.train.bleu import ValidBleu

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.artifacts import Paths
-from pipeline.errors import PipelineError
-from pipeline.families import UnsupportedCheckpoint
 from pipeline.params import parse
-from pipeline.sequence_layout import DirectionLayout
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import UnsupportedCheckpoint
+from pipeline.runtime.model_languages import DirectionLayout
 from pipeline.token_arrays import TokenArray, TokenArrayWriter
 from stages import tokenize, train
 from stages.train.batching import IGNORE_INDEX, Collator

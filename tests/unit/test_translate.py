@@ -1,4 +1,4 @@
-"""pipeline/translate.py and `mtpipe translate`: the exported model on ONNX Runtime, without torch.
+"""pipeline/runtime/translate.py and `mtpipe translate`: the exported model on ONNX Runtime, without torch.
 
 The export is the session fixture `exported` (tests/unit/conftest.py): the sharpened tiny model, whose outputs are
 garbage but decisive, so comparisons with transformers test the search, not float noise. The search semantics are
@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.beam_search import DecoderStep, beam_search
-from pipeline.decoding import SpecialIds, pad_batch, token_batches
-from pipeline.errors import InputFileError
-from pipeline.export_format import ExportDirError
-from pipeline.languages import Direction, Directions, UnknownDirection
-from pipeline.translate import MarianSentencePiece, OnnxSeq2Seq, Translator, read_lines
+from pipeline.runtime.beam_search import DecoderStep, beam_search
+from pipeline.runtime.decoding import SpecialIds, pad_batch, token_batches
+from pipeline.runtime.errors import InputFileError
+from pipeline.runtime.export_format import ExportDirError
+from pipeline.runtime.languages import Direction, Directions, UnknownDirection
+from pipeline.runtime.translate import MarianSentencePiece, OnnxSeq2Seq, Translator, read_lines
 from tests.unit.export_helpers import load_model
 
 pytestmark = pytest.mark.usefixtures("torch_on_one_thread")
@@ -57,8 +57,8 @@ def translator(export_dir) -> Translator:
 def test_translating_imports_neither_torch_nor_transformers(export_dir):
     code = (
         "import json, sys\n"
-        "import pipeline.cli\n"
-        "from pipeline.translate import Translator\n"
+        "import pipeline.tools.cli\n"
+        "from pipeline.runtime.translate import Translator\n"
         f"out = Translator({str(export_dir)!r}).translate(['A dog runs.', ''], beam=2)\n"
         "print(json.dumps({'out': out, 'heavy': [m for m in ('torch', 'transformers') if m in sys.modules]}))\n"
     )
@@ -111,7 +111,7 @@ def test_search_gives_the_same_hypotheses_as_transformers_generate(exported, tra
 
 def test_the_translator_gives_the_evaluate_stages_translations(exported, translator):
     from pipeline.params import EvaluateParams
-    from pipeline.sequence_layout import ModelLanguages
+    from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import translate
 
     paths, _ = exported
@@ -335,7 +335,7 @@ def test_an_export_whose_languages_file_is_missing_or_disagrees_with_its_manifes
 
 
 def run_cli(export_dir: Path, stdin: bytes, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "translate", "--model", str(export_dir), *args],
+    return subprocess.run([sys.executable, "-m", "pipeline.tools.cli", "translate", "--model", str(export_dir), *args],
                           cwd=REPO, input=stdin, capture_output=True)
 
 

@@ -1,6 +1,6 @@
-"""`mtpipe translate` for every checkpoint family without transformers: the runtime tokenizer (pipeline/text_pieces.py)
-gives the checkpoint's own source ids in each direction's layout and its own text of a translation, and the search
-decodes after a direction's decoder prefix of any length (pipeline/beam_search.py).
+"""`mtpipe translate` for every checkpoint family without transformers: the runtime tokenizer
+(pipeline/runtime/text_pieces.py) gives the checkpoint's own source ids in each direction's layout and its own text of a
+translation, and the search decodes after a direction's decoder prefix of any length (pipeline/runtime/beam_search.py).
 
 The tokenizers are held to the transformers ones of the tiny checkpoints (tests/unit/tiny_checkpoints.py), set to a
 direction as the tokenize stage sets them, on the sample corpus and on texts that trip tokenizers up.
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.beam_search import DecoderStep, beam_search
-from pipeline.decoding import SpecialIds
-from pipeline.families import check_local_checkpoint, language_codes
-from pipeline.languages import Direction
-from pipeline.text_pieces import M2M100SentencePiece, MarianSentencePiece, TokenizerJson, text_pieces
+from pipeline.runtime.beam_search import DecoderStep, beam_search
+from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.families import check_local_checkpoint, language_codes
+from pipeline.runtime.languages import Direction
+from pipeline.runtime.text_pieces import M2M100SentencePiece, MarianSentencePiece, TokenizerJson, text_pieces
 from tests.unit.tiny_checkpoints import FAMILY_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,12 +46,12 @@ def sentences() -> list[str]:
 
 class Checkpoint:
     """A tiny checkpoint's transformers tokenizer, family, language codes and each direction's layout, measured
-    as the tokenize stage measures them (stages/tokenizer_layout.py)."""
+    as the tokenize stage measures them (stages/tokenize/checkpoint_tokenizer.py)."""
 
     def __init__(self, directory: Path, tiny_family: str):
         from transformers import AutoConfig, AutoTokenizer
 
-        from stages.tokenizer_layout import measure_layout, tokenizer_vocabulary
+        from stages.tokenize.checkpoint_tokenizer import measure_layout, tokenizer_vocabulary
 
         self.directory = directory
         self.tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -74,7 +74,7 @@ class Checkpoint:
 
     def encoded(self, direction: Direction, texts: list[str]) -> tuple[list[list[int]], list[list[int]]]:
         """(source ids, label ids) the tokenize stage gives for `texts` as sources and targets of `direction`."""
-        from stages.tokenizer_layout import encode_direction
+        from stages.tokenize.checkpoint_tokenizer import encode_direction
 
         return encode_direction(self.tokenizer, self.family, direction, self.codes, texts, texts)
 
@@ -151,8 +151,8 @@ def test_the_runtime_tokenizers_import_neither_torch_nor_transformers(tiny_check
     families = {name: str(tiny_checkpoint(name)) for name in ("marian", "mbart50", "m2m100", "nllb")}
     code = (
         "import json, sys\n"
-        "import pipeline.translate\n"
-        "from pipeline.text_pieces import text_pieces\n"
+        "import pipeline.runtime.translate\n"
+        "from pipeline.runtime.text_pieces import text_pieces\n"
         f"dirs = {families!r}\n"
         "out = {f: text_pieces(d, f).decode(text_pieces(d, f).pieces('Two dogs.')) for f, d in dirs.items()}\n"
         "print(json.dumps({'out': out, 'heavy': [m for m in ('torch', 'transformers') if m in sys.modules]}))\n"
@@ -166,7 +166,7 @@ def test_the_runtime_tokenizers_import_neither_torch_nor_transformers(tiny_check
 def test_a_missing_tokenizer_file_is_named(tiny_checkpoint, tmp_path):
     import shutil
 
-    from pipeline.text_pieces import TokenizerFilesError
+    from pipeline.runtime.text_pieces import TokenizerFilesError
 
     copy = tmp_path / "nllb"
     shutil.copytree(tiny_checkpoint("nllb"), copy)

@@ -1,6 +1,6 @@
-"""The beam's n-best list (pipeline.beam_search.beam_search_nbest), which the service's `alternatives` come from: it
-is transformers' `generate(num_return_sequences=beam)`, its first hypothesis is the translation, and the service's
-engine hands the others back as text only when asked.
+"""The beam's n-best list (pipeline.runtime.beam_search.beam_search_nbest), which the service's `alternatives` come
+from: it is transformers' `generate(num_return_sequences=beam)`, its first hypothesis is the translation, and the
+service's engine hands the others back as text only when asked.
 
 On an fp32 export of the sharpened tiny model (outputs garbage, but decisive: tests/unit/export_helpers.py)."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.beam_search import beam_search, beam_search_nbest
-from pipeline.decoding import one_line, pad_batch
-from pipeline.serve.engine import Translation, TranslationEngine, alternatives_of
-from pipeline.serve.settings import ServeSettings
-from pipeline.translate import Translator
+from pipeline.runtime.beam_search import beam_search, beam_search_nbest
+from pipeline.runtime.decoding import one_line, pad_batch
+from pipeline.runtime.serve.engine import Translation, TranslationEngine, alternatives_of
+from pipeline.runtime.serve.settings import ServeSettings
+from pipeline.runtime.translate import Translator
 from tests.unit.export_helpers import export_params, load_model, one_torch_thread
 
 SENTENCES = ["A man in a blue shirt is standing on a ladder.", "Two dogs.", "People sit outside."]

@@ -17,8 +17,8 @@ import pytest
 from pipeline.artifacts import Paths
 from pipeline.corpus import PAIR_SCHEMA
 from pipeline.errors import MissingArtifact, ValidationFailed
-from pipeline.languages import Direction
 from pipeline.params import Params, parse
+from pipeline.runtime.languages import Direction
 from stages import validate
 from stages.validate.directions import direction_names, directions_to_check, rows_by_direction
 from stages.validate.measures import DERIVED_FILE_SCHEMA, language_sample, side_features

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.offline_pages import page_references
 from pipeline.params import parse
-from pipeline.web_assets import SITE_ASSETS
+from pipeline.runtime.web_assets import SITE_ASSETS
 from stages import validate
 from stages.validate.offline_docs import SITE_FAVICON, SITE_LOGO, fix_favicon_links
 from tests.unit.test_validate import GOOD_TRAIN, corpus

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.web_assets import MANIFEST, PACKAGES, WEB_ASSETS_DIR, package_dir, served_file
+from pipeline.runtime.web_assets import MANIFEST, PACKAGES, WEB_ASSETS_DIR, package_dir, served_file
 
 MANIFEST_DATA = json.loads(MANIFEST.read_text(encoding="utf-8"))
 # Besides the packages: the fetch script, its manifest, the plots page template and a .gitignore.

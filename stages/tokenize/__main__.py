@@ -1,0 +1,4 @@
+from pipeline.stage import main
+from stages.tokenize import run
+
+main(run, "tokenize")
