@@ -313,18 +313,17 @@ def synthetic_corpus(root: Path, vocab: int, pairs: int, seed: int = 1) -> Path:
     import numpy as np
 
     from pipeline.runtime.languages import Directions
-    from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
+    from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages, family_named
     from pipeline.token_arrays import TokenArrayWriter, write_row_directions
 
     out = root / "tokenized"
     (out / "hf_tokenizer").mkdir(parents=True)
-    meta = {"vocab_size": vocab, "pad_id": vocab - 1, "eos_id": 0, "unk_id": 1, "joint": True, "dtype": "uint16",
-            "directions": ["en-de"], "target_tags": False}
+    meta = {"vocab_size": vocab, "pad_id": vocab - 1, "eos_id": 0, "unk_id": 1, "joint": True, "dtype": "uint16"}
     (out / "meta.json").write_text(json.dumps(meta))
     # The layout the tokenize stage records for a one-direction model of its own: X </s>, decoding from <pad>.
     layout = DirectionLayout(source_prefix=(), source_suffix=(0,), target_prefix=(), target_suffix=(0,),
                              decoder_start=vocab - 1)
-    ModelLanguages(Directions.of(["en-de"]), "marian", {}, {"en-de": layout}).write(out / "hf_tokenizer")
+    ModelLanguages(Directions.of(["en-de"]), family_named("marian"), {}, {"en-de": layout}).write(out / "hf_tokenizer")
     rng = np.random.default_rng(seed)
     for split, n in (("train", pairs), ("valid", 256)):
         src_len = rng.integers(4, 81, n)

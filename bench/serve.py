@@ -45,8 +45,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.runtime.serve.child import ServiceProcess  # noqa: E402
 from pipeline.runtime.serve.settings import ServeSettings  # noqa: E402
+from tests.service_process import ServiceProcess  # noqa: E402
 
 GOAL_THROUGHPUT_SHARE = 0.6  # of the direct whole-corpus sentences/s, at GOAL_CLIENTS clients
 GOAL_CLIENTS = 32

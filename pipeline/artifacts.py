@@ -19,6 +19,10 @@ from typing import Any
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "assets" / "sample"
 
 
+# The tokenize stage's transformers tokenizer directory, inside data/tokenized.
+TOKENIZER_DIR = "hf_tokenizer"
+
+
 @dataclass(frozen=True)
 class Paths:
     root: Path = Path(".")
@@ -55,6 +59,11 @@ class Paths:
     @property
     def spm_model(self) -> Path:
         return self.tokenized / "spm.model"
+
+    @property
+    def tokenizer(self) -> Path:
+        """The transformers tokenizer every later stage loads, with the model's languages.json beside it."""
+        return self.tokenized / TOKENIZER_DIR
 
     # train
     @property

@@ -17,22 +17,44 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
+    PlainSerializer,
     Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from pipeline.runtime.languages import DIRECTION_PATTERN, SCRIPTS, Direction, Directions
+from pipeline.runtime.languages import DIRECTION_PATTERN, MAX_DIRECTIONS, SCRIPTS, Direction, Directions
 
 PARAMS_FILE = "params.yaml"
 
 
 class ParamsError(ValueError):
     """params.yaml is missing, unreadable or invalid; the message names every bad key and value."""
+
+
+def _parse_directions(names: Any) -> Directions:
+    """data.directions as written (a non-empty list of distinct source-target names), parsed."""
+    if isinstance(names, Directions):
+        return names
+    if not isinstance(names, list) or not names:
+        raise ValueError("write a non-empty list of source-target directions, e.g. [en-de]")
+    if len(names) > MAX_DIRECTIONS:
+        raise ValueError(f"{len(names)} directions, more than the {MAX_DIRECTIONS} a tokenized corpus can tell apart")
+    for i, name in enumerate(names):
+        Direction.parse(name)
+        if name in names[:i]:
+            raise ValueError(f"{name} is listed twice")
+    return Directions.of(names)
+
+
+# data.directions: the YAML list of names in, a Directions out (dumped back as the list of names).
+DirectionList = Annotated[Directions, BeforeValidator(_parse_directions),
+                          PlainSerializer(lambda directions: directions.names, return_type=list[str])]
 
 
 class _Section(BaseModel):
@@ -159,7 +181,7 @@ class DataParams(_Section):
     source: Literal["sample", "files", "hub", "wmt14"] = "sample"
     # The directions one model learns, source-target; one is the plain bilingual case. A multilingual model with
     # more than one target language reads the target's tag (>>de<<) in front of every source sentence.
-    directions: list[str] = Field(default_factory=lambda: ["en-de"], min_length=1)
+    directions: DirectionList = Field(default_factory=lambda: Directions.of(["en-de"]))
     # split name -> one entry or a list of entries, concatenated in order ({src, tgt, direction} | {tsv, columns} |
     # {dir, prefix} | {pattern}); "train" and "valid" are required and must hold every direction, every other split
     # is a test set (of any of the directions).
@@ -173,15 +195,6 @@ class DataParams(_Section):
     revision: str | None = None
     # source hub: the dataset, its configurations, splits and columns (HubParams).
     hub: HubParams | None = None
-
-    @field_validator("directions")
-    @classmethod
-    def _directions_are_distinct(cls, directions: list[str]) -> list[str]:
-        for i, name in enumerate(directions):
-            Direction.parse(name)
-            if name in directions[:i]:
-                raise ValueError(f"{name} is listed twice")
-        return directions
 
     @field_validator("files", mode="before")
     @classmethod
@@ -198,11 +211,6 @@ class DataParams(_Section):
             if not entries:
                 raise ValueError(f"split {name!r} has an empty list of files")
         return files
-
-    @property
-    def pairs(self) -> Directions:
-        """data.directions, parsed."""
-        return Directions.of(self.directions)
 
     def hub_dataset(self) -> HubParams | None:
         """The hub dataset this source reads: data.hub, a preset's (wmt14, at data.revision), or None."""
@@ -228,12 +236,12 @@ class DataParams(_Section):
             for split, entries in self.files.items():
                 for entry in entries:
                     self._check_entry(split, entry)
-        if self.source == "sample" and set(self.directions) - SAMPLE_DIRECTIONS:
+        if self.source == "sample" and set(self.directions.names) - SAMPLE_DIRECTIONS:
             raise ValueError(
-                f"the embedded sample is English-German: data.directions {self.directions} must be en-de or de-en"
+                f"the embedded sample is English-German: data.directions {self.directions.names} must be en-de or de-en"
             )
         if self.source == "wmt14":
-            for d in self.pairs.directions:
+            for d in self.directions.directions:
                 pair = {d.src, d.tgt}
                 if "en" not in pair or not (pair - {"en"}) <= WMT14_PAIRS:
                     raise ValueError(
@@ -250,25 +258,27 @@ class DataParams(_Section):
             raise ValueError("source 'hub' needs data.hub: {path: <hub id or directory>, splits: {...}}")
         if self.revision is not None:
             raise ValueError("data.revision is the wmt14 preset's: with source 'hub' set data.hub.revision")
-        if isinstance(self.hub.name, dict) and (missing := [d for d in self.directions if d not in self.hub.name]):
+        named = self.hub.name if isinstance(self.hub.name, dict) else None
+        missing = [d for d in self.directions.names if d not in named] if named is not None else []
+        if missing:
             raise ValueError(f"data.hub.name names no configuration for {missing} (it maps {sorted(self.hub.name)})")
         columns = self.hub.columns
-        if isinstance(columns, dict) and (missing := [x for x in self.pairs.languages if x not in columns]):
+        if isinstance(columns, dict) and (missing := [x for x in self.directions.languages if x not in columns]):
             raise ValueError(f"data.hub.columns names no column for {missing} (it maps {sorted(columns)})")
 
     def _check_entry(self, split: str, entry: Any) -> None:
-        several = len(self.directions) > 1
+        several = len(self.directions.directions) > 1
         where = f"data.files.{split}"
         if isinstance(entry, SplitFiles):
             if entry.direction is None and several:
                 raise ValueError(
                     f"{where}: {{src: {entry.src}, tgt: {entry.tgt}}} needs `direction:` (one of "
-                    f"{', '.join(self.directions)}) when data.directions lists more than one"
+                    f"{', '.join(self.directions.names)}) when data.directions lists more than one"
                 )
-            if entry.direction is not None and entry.direction not in self.directions:
+            if entry.direction is not None and entry.direction not in self.directions.names:
                 raise ValueError(
                     f"{where}: {entry.src} has direction {entry.direction}, which is not in data.directions "
-                    f"{self.directions}"
+                    f"{self.directions.names}"
                 )
         if isinstance(entry, TsvFile):
             if entry.columns is None:
@@ -278,10 +288,10 @@ class DataParams(_Section):
                         "data.directions lists more than one"
                     )
                 return
-            if not any(set(entry.columns) == {d.src, d.tgt} for d in self.pairs.directions):
+            if not any(set(entry.columns) == {d.src, d.tgt} for d in self.directions.directions):
                 raise ValueError(
                     f"{where}: {entry.tsv} has columns {list(entry.columns)}, which no direction in "
-                    f"data.directions {self.directions} pairs"
+                    f"data.directions {self.directions.names} pairs"
                 )
 
 
@@ -430,7 +440,7 @@ class TrainParams(_Section):
     update_freq: int = Field(1, ge=1)
     # Longest sequence (tokens, incl. </s>) fed to the model; longer pairs are truncated and counted.
     max_len: int = Field(256, ge=8)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
     # Updates with a non-finite gradient are skipped and counted; this many in a row stop training with an error.
     max_bad_steps: int = Field(16, ge=1)
     nproc: int | Literal["auto"] = Field(1)
@@ -548,17 +558,18 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _one_vocabulary_for_several_directions(self) -> Params:
-        if not self.tokenize.joint and len(self.data.directions) > 1 and self.model.init == "scratch":
+        if not self.tokenize.joint and len(self.data.directions.directions) > 1 and self.model.init == "scratch":
             raise ValueError(
                 "tokenize.joint: false (one SentencePiece model per side) is for one direction; with "
-                f"data.directions {self.data.directions} languages appear on either side: use tokenize.joint: true"
+                f"data.directions {self.data.directions.names} languages appear on either side: use "
+                "tokenize.joint: true"
             )
         return self
 
     @model_validator(mode="after")
     def _languages_are_checkable(self) -> Params:
         if self.clean.min_script_share > 0:
-            unknown = [lang for lang in self.data.pairs.languages if lang not in SCRIPTS]
+            unknown = [lang for lang in self.data.directions.languages if lang not in SCRIPTS]
             if unknown:
                 raise ValueError(
                     f"data.directions: no script is known for {', '.join(map(repr, unknown))}, so "

@@ -3,7 +3,7 @@
 For each split and side the tokenize stage writes `<split>.<side>.bin` (every sentence's token ids back to back,
 uint16 when the vocabulary fits, else int32) and `<split>.<side>.idx.npy` (int64 offsets, n + 1 of them).
 Opening a corpus is two memory maps; sentence i is `tokens[offsets[i]:offsets[i+1]]`, a view, not a copy.
-Per split, `<split>.dir.npy` holds each pair's direction: a uint8 index into meta.json's "directions", one per row
+Per split, `<split>.dir.npy` holds each pair's direction: a uint8 index into languages.json's "directions", one per row
 of the split's arrays (all zeros with one direction).
 """
 
@@ -17,8 +17,6 @@ from pathlib import Path
 import numpy as np
 
 DIRECTIONS_SUFFIX = ".dir.npy"
-# uint8 row directions: a model of more directions than this would need a wider type.
-MAX_DIRECTIONS = int(np.iinfo(np.uint8).max) + 1
 
 
 def flatten(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +83,7 @@ def write_row_directions(split_prefix: Path, directions: np.ndarray) -> Path:
 
 
 def read_row_directions(split_prefix: Path) -> np.ndarray:
-    """Each row's index into meta.json's "directions" (uint8), as the tokenize stage wrote it."""
+    """Each row's index into languages.json's "directions" (uint8), as the tokenize stage wrote it."""
     return np.load(_with(split_prefix, DIRECTIONS_SUFFIX))
 
 

@@ -1,4 +1,6 @@
-"""Shared fixtures: corpora built from the real Multi30k files in ../shared, and a small model made here."""
+"""Fixtures of tests/unit and tests/e2e: corpora built from the real Multi30k files in ../shared, a small model
+made here, the tiny checkpoints of every family and one export of a two-target model (the export, translate and
+service fixtures only tests/e2e takes are in tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,18 @@ REPO = Path(__file__).resolve().parent.parent
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist each worker runs on its own share of the cores (its CPU affinity, which every process it
+    starts inherits, and which torch and the train stage size their threads by): N workers on N cores then run side
+    by side instead of each starting a thread per core and taking turns on them."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= count:
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: count])
+
+
 def multi30k_lines(name: str, lang: str, limit: int | None = None) -> list[str]:
     path = MULTI30K / f"{name}.{lang}.gz"
     if not path.exists():
@@ -25,6 +39,20 @@ def multi30k_lines(name: str, lang: str, limit: int | None = None) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = f.read().splitlines()
     return lines[:limit]
+
+
+def write_marian_languages(directory: Path, names: list[str], eos: int = 0, pad: int = 9) -> None:
+    """A languages.json as the tokenize stage records a model of its own for `names`: the Marian layout, with the
+    targets' tags as codes (ids pad + 1, ...) when there are several targets."""
+    from pipeline.runtime.languages import Directions
+    from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages, family_named
+
+    directions = Directions.of(names)
+    tags = {t: pad + 1 + i for i, t in enumerate(directions.targets)} if directions.target_tags else {}
+    layouts = {str(d): DirectionLayout((tags[d.tgt],) if tags else (), (eos,), (), (eos,), pad)
+               for d in directions.directions}
+    codes = {t: f">>{t}<<" for t in tags}
+    ModelLanguages(directions, family_named("marian"), codes, layouts).write(directory)
 
 
 def write_pair_parquet(path: Path, pairs: list, origin: str, direction: str = "en-de") -> Path:
@@ -112,9 +140,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """A factory: `tiny_checkpoint("mbart50")` -> a tiny random save_pretrained checkpoint of that family
-    (tests/unit/tiny_checkpoints.py FAMILY_NAMES), built once per session. Treat it as read-only: copy it
+    (tests/support/tiny_checkpoints.py FAMILY_NAMES), built once per session. Treat it as read-only: copy it
     (`build_tiny(family, dir)`) to change it."""
-    from tests.unit.tiny_checkpoints import build_tiny
+    from tests.support.tiny_checkpoints import build_tiny
 
     built: dict[str, Path] = {}
 
@@ -124,3 +152,28 @@ def tiny_checkpoint(tmp_path_factory):
         return built[family]
 
     return checkpoint
+
+
+@pytest.fixture(scope="session")
+def make_two_target_root(tmp_path_factory):
+    """A factory of fresh project roots with the sharpened two-target model (en-de, en-fr: sources tagged >>de<< /
+    >>fr<<) and its en-de and en-fr splits (tests/support/export_helpers.py)."""
+    from tests.support.export_helpers import sharpened_root, two_target_model_dir
+
+    model_dir = two_target_model_dir(tmp_path_factory.mktemp("two_target_model"))
+    return lambda: sharpened_root(model_dir, tmp_path_factory.mktemp("two_target_root"))
+
+
+@pytest.fixture(scope="session")
+def two_target_exported(make_two_target_root):
+    """The paths of one export of the two-target model: fp32 ONNX, and CTranslate2 (in float32, so its outputs can
+    be held to PyTorch's) where it is installed. It runs the export stage: a test that takes it is marked e2e."""
+    from stages import export
+    from tests.support.export_helpers import CTRANSLATE2_INSTALLED, export_params, one_torch_thread
+
+    paths = make_two_target_root()
+    settings = {"int8": False, "torchscript": False, "ctranslate2": CTRANSLATE2_INSTALLED,
+                "ctranslate2_quantization": "float32"}
+    with one_torch_thread():
+        export.run(export_params(**settings), paths)
+    return paths

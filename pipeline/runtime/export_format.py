@@ -17,13 +17,12 @@ sentences, `rows` hypotheses: sentences x beams, the beams of sentence s at rows
 The int8 graphs (`*.int8.onnx`) have the same names; the legacy TorchScript graphs (`*.ts.pt`) have no cache.
 
 The manifest records what was exported and how to decode with it: one `generation` block (the evaluate stage's
-beam, length penalty and length rule, see pipeline/runtime/decoding.py) that every reader takes its defaults from, the
-checkpoint `family` (pipeline.runtime.families: which tokenizer files the runtime reads, pipeline.runtime.text_pieces),
-and the model's `directions` (["en-de", "en-fr"]) with `target_tags` (true when every source starts with its target's
-tag token, `>>fr<< A dog runs.`: Marian multi-target models; see target_tags_of). Where each direction's special ids go
-(a source's language code or tag, the decoder prefix a translation is decoded after) is the direction's layout in
-`languages.json` (pipeline.runtime.model_languages), so the graphs and the search know nothing of languages. A manifest
-of another version is refused with "export it again": its fields may mean something else.
+beam, length penalty and length rule, see pipeline/runtime/decoding.py) that every reader takes its defaults from.
+What the model translates is not the manifest's: the model's directions, its family (which tokenizer files the runtime
+reads, pipeline.runtime.text_pieces) and where each direction's special ids go (a source's language code or tag, the
+decoder prefix a translation is decoded after) are its `languages.json` (pipeline.runtime.model_languages), the one
+record the tokenize stage wrote, so the graphs and the search know nothing of languages. A manifest of another
+version is refused with "export it again": its fields may mean something else.
 
 Beside the graphs lie the tokenizer files (Marian: source.spm, target.spm, vocab.json; M2M-100: vocab.json,
 sentencepiece.bpe.model; mBART, mBART-50, NLLB: tokenizer.json; and tokenizer_config.json), config.json,
@@ -43,19 +42,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import write_json
 from pipeline.runtime.decoding import SpecialIds
 from pipeline.runtime.errors import PipelineError
-from pipeline.runtime.families import FAMILIES
-from pipeline.runtime.languages import Directions
-from pipeline.runtime.model_languages import ModelLanguages
 
 MANIFEST = "export.json"
 # 4: one `generation` block (the duplicate `max_len` block of version 3 is gone).
 # 5: `directions` and `target_tags` (a model may translate several directions; its sources may carry a tag).
 # 6: `family` (a pretrained checkpoint's family: its tokenizer files and language codes); `decoder_start_id` may be
 #    null (mBART-cc25 starts from the target's code: the layouts say), `target_tags` is read off the layouts.
-MANIFEST_VERSION = 6
+# 7: no `family`, `directions` or `target_tags`: languages.json, the model's one record of them, says.
+MANIFEST_VERSION = 7
 GRAPHS = ("encoder", "decoder")
 ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -97,12 +93,6 @@ def decoder_outputs(layers: int) -> list[str]:
     return [*DECODER_FIRST_OUTPUTS, *cache_names("present_self", layers)]
 
 
-def target_tags_of(languages: ModelLanguages) -> bool:
-    """The manifest's `target_tags`: true when a Marian model's sources start with a token of their own (the
-    target's tag: a multi-target model); other families' codes are not tags."""
-    return languages.family == "marian" and any(layout.source_prefix for layout in languages.layouts.values())
-
-
 class ExportDirError(PipelineError):
     """The directory is not a complete export of this version (with a KV-cached ONNX decoder where one is needed)."""
 
@@ -141,11 +131,9 @@ class ModelDims:
 @dataclass(frozen=True)
 class ExportManifest:
     """What `export.json` says. `files` maps each exported format to its graph files ({graph: file name}), or,
-    for ctranslate2, to its directory; `family` is the checkpoint family (pipeline.runtime.families); `directions`
-    are the model's direction names in training order, and `target_tags` says whether sources carry their target's tag
-    (target_tags_of); `special_ids.start` is None where the directions start from different tokens (the layouts
-    hold each one); `parity` holds the parity check's figures (informational: overall, and per direction under
-    "directions")."""
+    for ctranslate2, to its directory; `special_ids.start` is None where the directions start from different tokens
+    (the layouts hold each one); `parity` holds the parity check's figures (informational: overall, and per direction
+    under "directions")."""
 
     files: Mapping[str, Any]
     model_files: tuple[str, ...]
@@ -156,16 +144,8 @@ class ExportManifest:
     special_ids: SpecialIds
     dims: ModelDims
     generation: Generation
-    family: str
-    directions: tuple[str, ...]
-    target_tags: bool
     parity: Mapping[str, Any] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
-
-    @property
-    def pairs(self) -> Directions:
-        """The directions, parsed."""
-        return Directions.of(self.directions)
 
     def onnx_graphs(self, int8: bool = False) -> Mapping[str, str] | None:
         """{graph: file name} of the fp32 (or int8) ONNX graphs; None when they were not exported."""
@@ -193,14 +173,13 @@ class ExportManifest:
             "bad_words_ids": [[self.special_ids.pad]],
             "dims": vars(self.dims).copy(),
             "generation": vars(self.generation).copy(),
-            "family": self.family,
-            "directions": list(self.directions),
-            "target_tags": self.target_tags,
             "parity": dict(self.parity),
         }
 
     def write(self, directory: str | os.PathLike[str]) -> None:
-        write_json(Path(directory) / MANIFEST, self.to_json())
+        # The export stage writes it inside the directory it publishes atomically.
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False)
+        (Path(directory) / MANIFEST).write_text(text + "\n", encoding="utf-8")
 
     @classmethod
     def read(cls, directory: str | os.PathLike[str]) -> ExportManifest:
@@ -228,9 +207,6 @@ class ExportManifest:
                 max_len_a=float(fields.get("generation.max_len_a", float)),
                 max_len_b=fields.get("generation.max_len_b", int),
             ),
-            family=fields.family(),
-            directions=fields.directions(),
-            target_tags=fields.target_tags(),
             parity=fields.get("parity", dict),
             version=version,
         )
@@ -261,31 +237,3 @@ class _ManifestFields:
         if not isinstance(node, accepted) or (kind is not bool and isinstance(node, bool)):
             raise ExportDirError(f"{self.path}: field {dotted!r} is {node!r}, not {_JSON_TYPE_NAMES[kind]}")
         return node
-
-    def directions(self) -> tuple[str, ...]:
-        """The `directions` field: a non-empty list of distinct direction names ("en-de")."""
-        names = self.get("directions", list)
-        try:
-            parsed = Directions.of(names).names
-        except ValueError as err:
-            raise ExportDirError(f"{self.path}: field 'directions' is {names!r}: {err}") from None
-        if not parsed or len(set(parsed)) != len(parsed):
-            raise ExportDirError(f"{self.path}: field 'directions' is {names!r}, not a list of distinct directions")
-        return tuple(parsed)
-
-    def family(self) -> str:
-        """The `family` field: one of pipeline.runtime.families' names."""
-        name = self.get("family", str)
-        names = [f.name for f in FAMILIES]
-        if name not in names:
-            raise ExportDirError(f"{self.path}: field 'family' is {name!r}, not one of {', '.join(names)}")
-        return name
-
-    def target_tags(self) -> bool:
-        """The `target_tags` field, which only a Marian model's manifest may set (the other families' sources carry
-        a language code, not a tag)."""
-        recorded = self.get("target_tags", bool)
-        if recorded and self.family() != "marian":
-            raise ExportDirError(f"{self.path}: field 'target_tags' is true for a {self.family()} model: only Marian "
-                                 "sources carry a target tag; export it again")
-        return recorded

@@ -1,12 +1,8 @@
 """Directions and languages: what `data.directions` names, the target tags, temperature sampling shares.
 
 Stdlib only: params.py checks the directions with it, and `mtpipe translate` and the server read a model's
-directions with it, none of them importing anything heavy.
-
-A model trained on several directions records them in `languages.json` (written by the tokenize stage beside the
-tokenizer, so it travels with the tokenizer into `models/final` and `models/export`):
-
-    {"directions": ["en-de", "en-fr"], "target_tags": true}
+directions with it (a model records them in its languages.json: pipeline/runtime/model_languages.py), none of them
+importing anything heavy.
 
 With more than one target language every source sentence starts with the target's tag, `>>de<<` (the OPUS-MT
 multi-target convention): a reserved SentencePiece piece, never split, which MarianTokenizer keeps as one token.
@@ -15,13 +11,10 @@ With one target language there is no tag, so a single-direction model is exactly
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-LANGUAGES_FILE = "languages.json"
 DIRECTION_PATTERN = r"^[a-z]{2,3}-[a-z]{2,3}$"
 _DIRECTION = re.compile(DIRECTION_PATTERN)
 
@@ -46,6 +39,10 @@ SCRIPTS = {
     "ka": r"\p{Georgian}",
     "hy": r"\p{Armenian}",
 }
+
+
+# A tokenized corpus stores each row's direction in one byte (uint8, pipeline/token_arrays.py).
+MAX_DIRECTIONS = 256
 
 
 class UnknownDirection(ValueError):
@@ -136,30 +133,6 @@ class Directions:
         if src not in sources:
             raise UnknownDirection(f"this model does not translate {src}-{tgt}; its directions: {listing}")
         return Direction(src, tgt)
-
-    def to_json(self) -> dict[str, object]:
-        return {"directions": self.names, "target_tags": self.target_tags}
-
-    def write(self, directory: Path) -> Path:
-        path = Path(directory) / LANGUAGES_FILE
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
-        return path
-
-    @classmethod
-    def read(cls, directory: Path) -> Directions:
-        """The directions recorded in `directory`/languages.json; ValueError naming the file when it is missing or
-        malformed."""
-        path = Path(directory) / LANGUAGES_FILE
-        try:
-            recorded = json.loads(path.read_text(encoding="utf-8"))
-            directions = cls.of(recorded["directions"])
-        except FileNotFoundError:
-            raise ValueError(f"{path}: not found (a model directory records its directions there)") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{path}: not a languages file ({err})") from None
-        if not directions.directions:
-            raise ValueError(f"{path}: lists no directions")
-        return directions
 
 
 def temperature_shares(sizes: Mapping[str, int], temperature: float) -> dict[str, float]:

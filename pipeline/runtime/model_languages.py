@@ -1,5 +1,12 @@
-"""Where the special ids of each direction go: around a source's pieces, around a target's, and what decoding
-starts from. Recorded by the tokenize stage in `languages.json` (beside `directions`), read by every stage after.
+"""A model's languages, recorded once: `languages.json`, which the tokenize stage writes beside the tokenizer and
+which travels with it into `models/final` and `models/export`. `ModelLanguages.read` is its one reader: every stage,
+the export, `mtpipe translate`, the service and the card read a model's directions, family and codes through it.
+
+    {"directions": ["en-de", "en-fr"], "family": "marian", "codes": {"de": ">>de<<", "fr": ">>fr<<"},
+     "layouts": {"en-de": {"source_prefix": [2], "source_suffix": [0], ...}, ...}}
+
+`<split>.dir.npy` indexes `directions` (pipeline/token_arrays.py). Each direction's layout says where its special
+ids go around a source's pieces, around a target's, and what decoding starts from:
 
     family          source ids                 labels                    decoder starts from
     marian          [>>de<<] X </s>            X </s>                    <pad>
@@ -8,14 +15,9 @@ starts from. Recorded by the tokenize stage in `languages.json` (beside `directi
                     en_XX X </s>               de_DE X </s>              </s> de_DE (the target code forced)
 
 `decoder_prefix` = [decoder_start] + target_prefix: the tokens a translation is decoded after (transformers'
-`forced_bos_token_id` is the second of them; ONNX, PyTorch and CTranslate2 all get the whole prefix, so every
-direction is generated in its own language). A hypothesis is what follows the prefix.
-
-The tokenize stage measures the layout on the tokenizer itself (`tokenizer(probe)` against the probe's plain
-pieces), so it is the family's own placement, whatever the family; the train stage shifts labels with
-`decoder_start` per row, as the family's model does.
-
-Stdlib only.
+`forced_bos_token_id` is the second of them; ONNX, PyTorch and CTranslate2 all get the whole prefix). The tokenize
+stage measures a checkpoint's layout on its tokenizer (stages/tokenize/checkpoint_tokenizer.py), so it is the
+family's own placement. Stdlib only.
 """
 
 from __future__ import annotations
@@ -26,7 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.runtime.languages import LANGUAGES_FILE, Directions
+from pipeline.runtime.errors import PipelineError
+from pipeline.runtime.families import FAMILIES, Family, check_local_checkpoint
+from pipeline.runtime.languages import Directions
+
+LANGUAGES_FILE = "languages.json"
+
+
+class LanguagesFileError(PipelineError):
+    """A languages.json that is missing, malformed, or of another family than the checkpoint beside it."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path}: {problem}; the tokenize stage writes it and it travels with the model: rerun the "
+                         "pipeline from tokenize (`dvc repro`)")
+        self.path = path
 
 
 @dataclass(frozen=True)
@@ -72,21 +87,40 @@ def split_framing(full: Sequence[int], pieces: Sequence[int]) -> tuple[tuple[int
     raise ValueError(f"the ids {full} do not contain the text's pieces {pieces} in one run")
 
 
+def family_named(name: str) -> Family:
+    """The family called `name`; ValueError listing the families otherwise."""
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    raise ValueError(f"family {name!r} is not one of {', '.join(f.name for f in FAMILIES)}")
+
+
 @dataclass(frozen=True)
 class ModelLanguages:
-    """Everything `languages.json` records: the directions, the checkpoint family and language codes, and each
-    direction's layout."""
+    """Everything `languages.json` records: the directions (in the order `dir.npy` indexes them), the checkpoint
+    family, each language's code in the tokenizer ({} for a model that needs none) and each direction's layout."""
 
     directions: Directions
-    family: str
+    family: Family
     codes: Mapping[str, str]
     layouts: Mapping[str, DirectionLayout]
 
     def layout(self, direction: object) -> DirectionLayout:
         return self.layouts[str(direction)]
 
+    @property
+    def target_tags(self) -> bool:
+        """True when a Marian model's sources start with a token of their own, the target's tag (a multi-target
+        model); other families' language codes are not tags."""
+        return self.family.name == "marian" and any(layout.source_prefix for layout in self.layouts.values())
+
+    @property
+    def special_ids(self) -> set[int]:
+        """Every id a layout places (codes, tags, the decoder's start): none of them belongs in a translation's text."""
+        return {i for layout in self.layouts.values() for i in layout.special_ids()}
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.directions.to_json(), "family": self.family, "codes": dict(self.codes),
+        return {"directions": self.directions.names, "family": self.family.name, "codes": dict(self.codes),
                 "layouts": {name: self.layouts[name].to_json() for name in self.directions.names}}
 
     def write(self, directory: Path) -> Path:
@@ -96,14 +130,32 @@ class ModelLanguages:
 
     @classmethod
     def read(cls, directory: Path) -> ModelLanguages:
-        """The languages file of `directory`; ValueError naming the file when it lacks a direction's layout
-        (written before layouts were recorded: rerun from tokenize)."""
-        directions = Directions.read(directory)
+        """The languages of the model in `directory`. LanguagesFileError naming the file when it is missing or
+        malformed, lacks a direction's layout, or names another family than the checkpoint files beside it
+        (config.json and tokenizer_config.json, where the directory holds a checkpoint)."""
         path = Path(directory) / LANGUAGES_FILE
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        # A checkpoint of no supported family is refused as such (UnsupportedCheckpoint), whatever the file says.
+        checkpoint = check_local_checkpoint(directory) if (Path(directory) / "config.json").is_file() else None
         try:
-            layouts = {name: DirectionLayout.from_json(recorded["layouts"][name]) for name in directions.names}
-            return cls(directions, str(recorded["family"]), dict(recorded.get("codes", {})), layouts)
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{path}: no layout of the directions' special ids ({err!r} missing or malformed): "
-                             "it was written by an older version") from None
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise LanguagesFileError(path, "not found (a model directory records its languages there)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise LanguagesFileError(path, f"not JSON ({err})") from None
+        try:
+            directions = Directions.of(recorded["directions"])
+            if not directions.directions:
+                raise ValueError("it lists no directions")
+            if len(set(directions.names)) != len(directions.names):
+                twice = next(n for i, n in enumerate(directions.names) if n in directions.names[:i])
+                raise ValueError(f"{twice} is listed twice")
+            languages = cls(directions, family_named(recorded["family"]), dict(recorded.get("codes", {})),
+                            {name: DirectionLayout.from_json(recorded["layouts"][name]) for name in directions.names})
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            problem = f"no {err} field" if isinstance(err, KeyError) else str(err)
+            raise LanguagesFileError(path, "not a languages record with every direction's layout "
+                                           f"({problem})") from None
+        if checkpoint is not None and checkpoint != languages.family:
+            raise LanguagesFileError(path, f"family {languages.family.name!r}, but the checkpoint beside it is a "
+                                           f"{checkpoint.name} one")
+        return languages

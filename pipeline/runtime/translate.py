@@ -4,7 +4,7 @@
     Translator("models/export").translate(["A dog runs.", "", "Two men talk."], beam=4)
     Translator("models/multi").translate(["A dog runs."], tgt="fr")    # a model of several targets
 
-A model translates the directions of its `languages.json` (pipeline/runtime/languages.py; the manifest lists them too).
+A model translates the directions of its `languages.json` (pipeline/runtime/model_languages.py).
 With one target language `tgt` may be left out; with several it names the target; `src` is needed only where
 several source languages go into that target. An unknown or missing choice is an UnknownDirection listing the
 model's targets and directions.
@@ -51,7 +51,7 @@ import numpy as np
 
 from pipeline.runtime.beam_search import Cache, DecoderStep, beam_search_nbest
 from pipeline.runtime.decoding import one_line, output_limit, pad_batch, token_batches
-from pipeline.runtime.errors import InputFileError
+from pipeline.runtime.errors import InputFileError, PipelineError
 from pipeline.runtime.export_format import (
     DECODER_FIRST_INPUTS,
     DECODER_FIRST_OUTPUTS,
@@ -61,9 +61,8 @@ from pipeline.runtime.export_format import (
     ExportManifest,
     cache_names,
     decoder_inputs,
-    target_tags_of,
 )
-from pipeline.runtime.languages import Direction, Directions
+from pipeline.runtime.languages import Direction
 from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 from pipeline.runtime.text_pieces import MarianSentencePiece, TextPieces, TokenizerFilesError, text_pieces
 
@@ -191,13 +190,16 @@ class Translator:
         for name in files.values():
             if not (self.model_dir / name).is_file():
                 raise ExportDirError(f"{self.model_dir / name} not found (listed in {MANIFEST})")
-        self.languages = _export_languages(self.model_dir, self.manifest)
-        self.directions = self.languages.directions
-        # The layouts' ids (codes, tags, the decoder's start) never belong in a translation's text.
-        layout_ids = {i for layout in self.languages.layouts.values() for i in layout.special_ids()}
         try:
-            self.tokenizer: TextPieces = text_pieces(self.model_dir, self.manifest.family, skip_ids=layout_ids,
-                                                     tagged=target_tags_of(self.languages))
+            self.languages = ModelLanguages.read(self.model_dir)
+        except PipelineError as err:
+            raise ExportDirError(f"{err}; or export it again (`dvc repro export`)") from None
+        self.directions = self.languages.directions
+        try:
+            # The layouts' ids (codes, tags, the decoder's start) never belong in a translation's text.
+            self.tokenizer: TextPieces = text_pieces(self.model_dir, self.languages.family.name,
+                                                     skip_ids=self.languages.special_ids,
+                                                     tagged=self.languages.target_tags)
         except TokenizerFilesError as err:
             raise ExportDirError(f"{err}: export it again (`dvc repro export`)") from None
         if threads < 1:
@@ -305,23 +307,6 @@ class Translator:
             # A byte-fallback piece can decode to a line break; the output must stay one line per input line.
             out[i] = one_line(self.tokenizer.decode(hyp))
         return out
-
-
-def _export_languages(model_dir: Path, manifest: ExportManifest) -> ModelLanguages:
-    """The export's directions and their layouts (its languages.json), which must be the directions and family
-    its manifest lists."""
-    try:
-        directions = Directions.read(model_dir)
-        if directions.names != list(manifest.directions):
-            raise ExportDirError(f"{model_dir}: languages.json lists {', '.join(directions.names)} but {MANIFEST} "
-                                 f"{', '.join(manifest.directions)}: export it again (`dvc repro export`)")
-        languages = ModelLanguages.read(model_dir)
-    except ValueError as err:
-        raise ExportDirError(f"{err}: export it again (`dvc repro export`)") from None
-    if languages.family != manifest.family:
-        raise ExportDirError(f"{model_dir}: languages.json is of a {languages.family} model but {MANIFEST} of a "
-                             f"{manifest.family} one: export it again (`dvc repro export`)")
-    return languages
 
 
 def read_lines(stream: BinaryIO, name: str = "<stdin>") -> list[str]:

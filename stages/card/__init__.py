@@ -6,8 +6,8 @@ the files of `models/final` (hard links where the filesystem allows, else copies
 content once, and checks both directories out as links to it: .dvc/config's cache.type) and `README.md`. That
 directory is what goes to the Hugging Face Hub or a model registry: `hf upload <repo> models/release`.
 
-The languages and directions come from params (data.directions); the scores from metrics/eval.json, one entry per
-test set and direction; a fine-tuned checkpoint's family, sizes and language codes from models/final.
+The languages, directions, family and codes come from the model's record (models/final/languages.json); the scores
+from metrics/eval.json, one entry per test set and direction; a fine-tuned checkpoint's sizes from its config.json.
 
 - metadata.py: the card's YAML metadata (language, license, tags, datasets, metrics, model-index with each test
   set's and direction's scores and signatures), from metrics/eval.json and params.
@@ -25,6 +25,7 @@ from pipeline.artifacts import Paths, atomic_path, link_or_copy, read_json
 from pipeline.errors import MissingArtifact
 from pipeline.params import Params
 from pipeline.run_figures import export_parity, read_evaluation, training_run
+from pipeline.runtime.model_languages import ModelLanguages
 from stages.card.body import CardInputs, card_body
 from stages.card.checkpoint import read_checkpoint
 from stages.card.metadata import card_metadata
@@ -51,20 +52,22 @@ def read_inputs(params: Params, paths: Paths) -> CardInputs:
     for path, stage in required.items():
         if not path.is_file():
             raise MissingArtifact(path, stage)
+    languages = ModelLanguages.read(paths.final_model)
     training, parity, evaluation = training_run(paths), export_parity(paths), read_evaluation(paths)
     assert training is not None and parity is not None and evaluation is not None  # the files exist
     return CardInputs(params=params, evaluation=evaluation, training=training, parity=parity,
                       manifest=read_json(paths.raw / "manifest.json"), clean=read_json(paths.metrics("clean")),
-                      model_config=read_json(paths.final_model / "config.json"),
-                      checkpoint=read_checkpoint(paths.final_model) if params.model.init == "pretrained" else None)
+                      model_config=read_json(paths.final_model / "config.json"), languages=languages,
+                      checkpoint=read_checkpoint(paths.final_model, languages)
+                      if params.model.init == "pretrained" else None)
 
 
 def card_text(card: CardInputs) -> str:
     """The whole README.md: YAML metadata between `---` lines, then the markdown."""
     import yaml
 
-    metadata = yaml.safe_dump(card_metadata(card.params, card.evaluation.scored, card.manifest,
-                                            card.model_config.get("model_type", "marian")),
+    metadata = yaml.safe_dump(card_metadata(card.params, card.languages.directions, card.evaluation.scored,
+                                            card.manifest, card.model_config.get("model_type", "marian")),
                               sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{metadata}---\n\n{card_body(card)}"
 

@@ -22,6 +22,7 @@ from typing import Any
 from pipeline.params import MACRO, Params
 from pipeline.run_figures import Evaluation, ExportParity, TrainingRun
 from pipeline.runtime.languages import Directions
+from pipeline.runtime.model_languages import ModelLanguages
 from stages.card.checkpoint import PretrainedCheckpoint
 from stages.card.metadata import direction_of, model_name
 
@@ -37,6 +38,7 @@ class CardInputs:
     manifest: dict[str, Any]  # data/raw/manifest.json
     clean: dict[str, Any]  # metrics/clean.json
     model_config: dict[str, Any]  # models/final/config.json
+    languages: ModelLanguages  # models/final/languages.json: the directions, family and codes the model has
     checkpoint: PretrainedCheckpoint | None  # the checkpoint fine-tuned (model.init: pretrained); None from scratch
 
 
@@ -52,7 +54,8 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 def scores_section(card: CardInputs) -> list[str]:
     scored, macro = card.evaluation.scored, card.evaluation.macro
-    rows = [(s.test_set, direction_of(s, card.params), s.sentences, _number(s.bleu), _number(s.chrf), _number(s.ter),
+    directions = card.languages.directions
+    rows = [(s.test_set, direction_of(s, directions), s.sentences, _number(s.bleu), _number(s.chrf), _number(s.ter),
              _number(s.length_ratio, 3)) for s in scored]
     if len(scored) > 1 and macro:
         rows.append((MACRO, f"mean of {len(scored)}", "", _number(macro.get("bleu")), _number(macro.get("chrf")),
@@ -80,7 +83,7 @@ def _direction_rows(card: CardInputs) -> list[tuple[Any, ...]]:
     rows_per_direction and metrics/clean.json's directions; [] for files written before directions."""
     read, clean = card.manifest.get("rows_per_direction", {}), card.clean.get("directions", {})
     rows = []
-    for direction in card.params.data.directions:
+    for direction in card.languages.directions.names:
         counted = clean.get(direction, {})
         reasons = ", ".join(f"{reason} {n}" for reason, n in counted.get("reasons", {}).items())
         for split, per_direction in read.items():
@@ -105,10 +108,10 @@ def data_section(card: CardInputs) -> list[str]:
         kept = clean.get(split, {})
         reasons = ", ".join(f"{reason} {n}" for reason, n in kept.get("reasons", {}).items())
         rows.append((split, read, kept.get("kept"), kept.get("rejected"), reasons))
-    pairs = ", ".join(f"{d.src} → {d.tgt}" for d in card.params.data.pairs.directions)
+    pairs = ", ".join(f"{d.src} → {d.tgt}" for d in card.languages.directions.directions)
     lines = ["## Training data", "", f"{pairs} pairs from {described.get(source, source)}.",
              "", *_table(("split", "pairs read", "kept", "rejected", "rejected because"), rows, right=(1, 2, 3))]
-    by_direction = _direction_rows(card) if len(card.params.data.directions) > 1 else []
+    by_direction = _direction_rows(card) if len(card.languages.directions.names) > 1 else []
     if by_direction:
         lines += ["", "Per direction (the reasons are the training split's):",
                   "", *_table(("direction", "split", "pairs read", "kept", "rejected", "rejected because"),
@@ -121,8 +124,8 @@ def data_section(card: CardInputs) -> list[str]:
     return lines
 
 
-def _shared_vocabulary(params: Params) -> str:
-    count = len(params.data.pairs.languages)
+def _shared_vocabulary(directions: Directions) -> str:
+    count = len(directions.languages)
     return ", one model for both languages" if count == 2 else f", one model for all {count} languages"
 
 
@@ -133,7 +136,7 @@ def _tags(pairs: Directions) -> str:
 
 def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
     """A model trained from scratch: the preset with its overrides, and the project's own SentencePiece model."""
-    p, config = card.params, card.model_config
+    p, config, directions = card.params, card.model_config, card.languages.directions
     arch = p.model.architecture()
     return [
         ("architecture", f"Marian transformer, preset `{p.model.preset}`: d_model {arch['d_model']}, "
@@ -141,9 +144,9 @@ def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
                          f"FFN {arch['ffn_dim']}, dropout {arch['dropout']}"),
         ("parameters", f"{card.training.parameters:,}" if card.training.parameters else "n/a"),
         ("vocabulary", f"{config.get('vocab_size')} pieces, SentencePiece {p.tokenize.model_type}"
-                       f"{_shared_vocabulary(p) if p.tokenize.joint else ', one model per language'}"
+                       f"{_shared_vocabulary(directions) if p.tokenize.joint else ', one model per language'}"
                        f"{', embeddings tied to the output projection' if p.model.tie_embeddings else ''}"
-                       f"{_tags(p.data.pairs)}"),
+                       f"{_tags(directions)}"),
     ]
 
 
@@ -188,7 +191,7 @@ def model_section(card: CardInputs) -> list[str]:
         ("training time", f"{minutes} on {run.hardware}"),
         ("throughput", f"{run.tgt_tokens_per_s} target tokens/s (median)" if run.tgt_tokens_per_s else "n/a"),
         ("best valid loss", f"{run.best_valid_loss} (valid BLEU {run.best_valid_bleu})"
-                            f"{', means over the directions' if len(p.data.directions) > 1 else ''}"),
+                            f"{', means over the directions' if len(card.languages.directions.names) > 1 else ''}"),
         ("weights", run.final_model),
     ]
     return ["## Model and training", "", f"`{model_class}` {init} by mtpipe's train stage (a plain PyTorch loop).",
@@ -212,7 +215,7 @@ def export_section(card: CardInputs) -> list[str]:
 def _translate_command(card: CardInputs) -> str:
     """`mtpipe translate` for the first direction: --tgt when the model has a choice of target, --src when that
     target has a choice of source."""
-    pairs, beam = card.params.data.pairs, card.params.evaluate.beam
+    pairs, beam = card.languages.directions, card.params.evaluate.beam
     first = pairs.directions[0]
     choose = f" --tgt {first.tgt}" if pairs.target_tags else ""
     if sum(d.tgt == first.tgt for d in pairs.directions) > 1:
@@ -238,7 +241,7 @@ class TargetRequest:
 
 
 def target_request(card: CardInputs, sentence: str) -> TargetRequest:
-    pairs, checkpoint = card.params.data.pairs, card.checkpoint
+    pairs, checkpoint = card.languages.directions, card.checkpoint
     first = pairs.directions[0]
     targets = ", ".join(pairs.targets)
     if checkpoint is None or not checkpoint.family.sets_languages:
@@ -268,7 +271,7 @@ def target_request(card: CardInputs, sentence: str) -> TargetRequest:
 
 
 def usage_section(card: CardInputs) -> list[str]:
-    pairs, beam = card.params.data.pairs, card.params.evaluate.beam
+    pairs, beam = card.languages.directions, card.params.evaluate.beam
     first = pairs.directions[0]
     ask = target_request(card, "The weather is nice today." if first.src == "en" else "...")
     # json.dumps: a Python string literal in double quotes, whatever the sentence holds.
@@ -320,8 +323,9 @@ def card_body(card: CardInputs) -> str:
     if len(scored) > 1 and macro:
         headline.append(f"{MACRO} BLEU {macro['bleu']:.2f} / chrF {macro['chrf']:.2f}")
     warning = card.training.cut_short
-    lines = [f"# {model_name(card.params)}", "", *([f"> **Warning:** {warning}", ""] if warning else []),
-             f"Translates {_translates(card.params.data.pairs)}. {', '.join(headline)}.", "",
+    name = model_name(card.params, card.languages.directions)
+    lines = [f"# {name}", "", *([f"> **Warning:** {warning}", ""] if warning else []),
+             f"Translates {_translates(card.languages.directions)}. {', '.join(headline)}.", "",
              "Everything on this card was written by the pipeline's card stage from the run's own metrics and "
              "params (`dvc repro` rewrites it).", ""]
     for section in (scores_section, data_section, model_section, export_section, usage_section):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import read_json
-from pipeline.runtime.families import Family, check_local_checkpoint
+from pipeline.runtime.families import Family
 from pipeline.runtime.model_languages import ModelLanguages
 
 
@@ -70,10 +70,8 @@ class PretrainedCheckpoint:
         return "decoder_start_token_id" if self.family.name == "mbart" else "forced_bos_token_id"
 
 
-def read_checkpoint(final_model: Path) -> PretrainedCheckpoint:
-    """The fine-tuned checkpoint in `final_model`; UnsupportedCheckpoint (naming the directory and the families)
-    when it is none of the families, ValueError naming languages.json when that lacks the layouts."""
-    family = check_local_checkpoint(final_model)
+def read_checkpoint(final_model: Path, languages: ModelLanguages) -> PretrainedCheckpoint:
+    """The fine-tuned checkpoint in `final_model`, of the family and codes its languages.json records."""
     tokenizer_class = read_json(final_model / "tokenizer_config.json").get("tokenizer_class")
-    return PretrainedCheckpoint(family=family, config=read_json(final_model / "config.json"),
-                                tokenizer_class=tokenizer_class, codes=dict(ModelLanguages.read(final_model).codes))
+    return PretrainedCheckpoint(family=languages.family, config=read_json(final_model / "config.json"),
+                                tokenizer_class=tokenizer_class, codes=dict(languages.codes))

@@ -15,15 +15,15 @@ from typing import Any
 
 from pipeline.params import Params
 from pipeline.run_figures import ScoredTestSet
-from pipeline.runtime.languages import Direction
+from pipeline.runtime.languages import Direction, Directions
 
 # (metrics/eval.json key, Hugging Face metric id, display name)
 METRICS = (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF"), ("ter", "ter", "TER"))
 
 
-def model_name(params: Params) -> str:
+def model_name(params: Params, directions: Directions) -> str:
     """card.name, or mtpipe-<its languages>: mtpipe-en-de, mtpipe-en-de-fr-cs."""
-    return params.card.name or f"mtpipe-{'-'.join(params.data.pairs.languages)}"
+    return params.card.name or f"mtpipe-{'-'.join(directions.languages)}"
 
 
 def hub_dataset(manifest: dict[str, Any]) -> str | None:
@@ -54,9 +54,9 @@ def dataset_type(manifest: dict[str, Any]) -> str:
     return LOCAL_DATA.get(source, source)
 
 
-def direction_of(scored: ScoredTestSet, params: Params) -> Direction:
+def direction_of(scored: ScoredTestSet, directions: Directions) -> Direction:
     """The entry's direction; an eval.json from before directions scored the model's one direction."""
-    return Direction.parse(scored.direction) if scored.direction else params.data.pairs.directions[0]
+    return Direction.parse(scored.direction) if scored.direction else directions.directions[0]
 
 
 def dataset_config(direction: Direction, manifest: dict[str, Any]) -> str:
@@ -65,8 +65,8 @@ def dataset_config(direction: Direction, manifest: dict[str, Any]) -> str:
     return str(manifest.get("configs", {}).get(str(direction), direction))
 
 
-def _result(scored: ScoredTestSet, params: Params, manifest: dict[str, Any]) -> dict[str, Any]:
-    direction = direction_of(scored, params)
+def _result(scored: ScoredTestSet, directions: Directions, manifest: dict[str, Any]) -> dict[str, Any]:
+    direction = direction_of(scored, directions)
     dataset: dict[str, Any] = {"name": f"{scored.test_set} {direction}",
                                "type": dataset_type(manifest),
                                "config": dataset_config(direction, manifest)}
@@ -85,11 +85,12 @@ def _result(scored: ScoredTestSet, params: Params, manifest: dict[str, Any]) -> 
             "metrics": metrics}
 
 
-def card_metadata(params: Params, scored: list[ScoredTestSet], manifest: dict[str, Any],
+def card_metadata(params: Params, directions: Directions, scored: list[ScoredTestSet], manifest: dict[str, Any],
                   model_type: str) -> dict[str, Any]:
-    """The metadata mapping (written as the card's YAML front matter); `model_type` (config.json's: marian, mbart,
-    m2m_100) is the architecture's tag, as the Hub tags checkpoints."""
-    pairs = params.data.pairs
+    """The metadata mapping (written as the card's YAML front matter) of a model of these `directions` (its
+    languages.json's); `model_type` (config.json's: marian, mbart, m2m_100) is the architecture's tag, as the Hub
+    tags checkpoints."""
+    pairs = directions
     metadata: dict[str, Any] = {
         "language": pairs.languages,
         "license": params.card.license,
@@ -103,6 +104,6 @@ def card_metadata(params: Params, scored: list[ScoredTestSet], manifest: dict[st
     # The Hub takes a hub id there; a checkpoint from a local directory is named in the card's text only.
     if params.model.init == "pretrained" and base and not Path(base).exists():
         metadata["base_model"] = base
-    metadata["model-index"] = [{"name": model_name(params),
-                                "results": [_result(s, params, manifest) for s in scored]}]
+    metadata["model-index"] = [{"name": model_name(params, directions),
+                                "results": [_result(s, directions, manifest) for s in scored]}]
     return metadata

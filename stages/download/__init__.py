@@ -140,7 +140,7 @@ def download_hub(params: Params, root: Path, out: Path) -> Downloaded:
     assert hub is not None  # params: source hub has data.hub; a preset has its own
     dataset = HubDataset(hub, root)
     configs = dataset.configs()
-    sources = [dataset.direction_source(d, configs) for d in params.data.pairs.directions]
+    sources = [dataset.direction_source(d, configs) for d in params.data.directions.directions]
     done = Downloaded(dataset={"dataset": hub.path, "dataset_is_local": dataset.local, "revision": dataset.revision,
                                "configs": {str(s.direction): s.config for s in sources},
                                "dataset_splits": dict(hub.splits)})
@@ -164,7 +164,7 @@ def download_hub(params: Params, root: Path, out: Path) -> Downloaded:
 def fetch_sacrebleu_test_sets(params: Params) -> dict[str, dict[Direction, TestSetText]]:
     """Every set of evaluate.sacrebleu_test_sets for every direction, before the (much larger) data is read, so a
     set that cannot be fetched stops the stage before any work."""
-    return {name: {d: fetch(name, d) for d in params.data.pairs.directions}
+    return {name: {d: fetch(name, d) for d in params.data.directions.directions}
             for name in params.evaluate.sacrebleu_test_sets}
 
 
@@ -219,7 +219,7 @@ def copy_files(params: Params, root: Path, out: Path) -> Downloaded:
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     data = params.data
-    check_test_sets(params.evaluate.sacrebleu_test_sets, data.pairs, data.split_names())
+    check_test_sets(params.evaluate.sacrebleu_test_sets, data.directions, data.split_names())
     test_sets = fetch_sacrebleu_test_sets(params)
     with atomic_path(paths.raw) as out:
         out.mkdir()
@@ -229,7 +229,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         write_json(out / "manifest.json", _manifest(data, done))
     metrics: dict[str, Any] = {"source": data.source}
     metrics |= {f"{split}_pairs": sum(rows.values()) for split, rows in done.rows.items()}
-    if len(data.directions) > 1:
+    if len(data.directions.names) > 1:
         metrics |= {f"train_pairs_{direction}": n for direction, n in done.rows["train"].items()}
     return metrics
 
@@ -238,12 +238,12 @@ def _check_every_direction_has_rows(done: Downloaded, data: DataParams) -> None:
     if empty := [split for split, rows in done.rows.items() if not sum(rows.values())]:
         raise PipelineError(f"the {data.source} source gave no pairs for split(s) {empty}")
     for split in ("train", "valid"):
-        if empty := [d for d in data.directions if not done.rows[split].get(d)]:
+        if empty := [d for d in data.directions.names if not done.rows[split].get(d)]:
             raise PipelineError(f"the {data.source} source gave no pairs of direction(s) {empty} for split {split}")
 
 
 def _manifest(data: DataParams, done: Downloaded) -> dict[str, Any]:
-    manifest = {"source": data.source, "directions": data.directions, **done.dataset}
+    manifest = {"source": data.source, "directions": data.directions.names, **done.dataset}
     manifest |= {
         "splits": {split: sum(rows.values()) for split, rows in done.rows.items()},
         "rows_per_direction": done.rows,

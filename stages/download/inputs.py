@@ -274,7 +274,7 @@ def _sample_inputs(split: str, directions: Directions) -> SplitInputs:
 def resolve_inputs(params: Params, root: Path) -> dict[str, SplitInputs]:
     """Every split's inputs per direction, with every file checked to exist and every direction to have inputs in
     train, valid and a test split, before anything is read."""
-    directions = params.data.pairs
+    directions = params.data.directions
     if params.data.source == "sample":
         splits = {split: _sample_inputs(split, directions) for split in SAMPLE_SPLITS}
     else:

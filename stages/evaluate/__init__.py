@@ -140,15 +140,6 @@ class UntranslatedDirection(PipelineError):
 PairsByDirection = dict[Direction, tuple[list[str], list[str]]]
 
 
-def model_directions(model_dir: Path) -> Directions:
-    """The directions `model_dir` translates, from its languages.json; a PipelineError naming the file if absent."""
-    try:
-        return Directions.read(model_dir)
-    except ValueError as err:
-        # The tokenize stage writes it beside the tokenizer, and train ships it in models/final.
-        raise PipelineError(f"{err}: rerun the pipeline from tokenize (`dvc repro train`)") from None
-
-
 def read_test_sets(paths: Paths, directions: Directions) -> dict[str, PairsByDirection]:
     """Every test split's pairs grouped by direction, in the model's order of directions; UntranslatedDirection
     for a direction the model does not translate, raised before anything is decoded."""
@@ -163,15 +154,6 @@ def read_test_sets(paths: Paths, directions: Directions) -> dict[str, PairsByDir
                                         f"not translate; its directions: {', '.join(directions.names)}")
         test_sets[split] = {d: grouped[str(d)][1:] for d in directions.directions if str(d) in grouped}
     return test_sets
-
-
-def model_languages(model_dir: Path) -> ModelLanguages:
-    """The directions' layouts of `model_dir` (its languages.json); a PipelineError naming the file if it has
-    none."""
-    try:
-        return ModelLanguages.read(model_dir)
-    except ValueError as err:
-        raise PipelineError(f"{err}: rerun the pipeline from tokenize (`dvc repro train`)") from None
 
 
 def evaluate_direction(model: Any, tokenizer: Any, layout: DirectionLayout, test_set: str, direction: Direction,
@@ -197,9 +179,8 @@ def training_cut_short(paths: Paths) -> str | None:
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     if not (paths.final_model / "config.json").exists():
         raise MissingArtifact(paths.final_model, "train")
-    directions = model_directions(paths.final_model)
-    test_sets = read_test_sets(paths, directions)
-    languages = model_languages(paths.final_model)
+    languages = ModelLanguages.read(paths.final_model)
+    test_sets = read_test_sets(paths, languages.directions)
     model, tokenizer = load_model(paths.final_model)
     results: list[DirectionResult] = []
     with atomic_path(paths.eval_dir) as out:

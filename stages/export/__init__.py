@@ -1,63 +1,41 @@
-"""export: the trained model as ONNX graphs with a KV cache (plus int8, legacy TorchScript and CTranslate2 options),
-gated by a parity check against PyTorch.
+"""export: the trained model as ONNX graphs with a KV cache, the format `mtpipe translate` runs (plus int8, legacy
+TorchScript and CTranslate2 options), published in a self-contained `models/export` (the tokenizer files, configs,
+languages.json and the manifest `export.json` beside the graphs) only when every direction the model translates
+passes a parity check against PyTorch; otherwise `ParityFailed` names the direction and nothing is published. The
+model is a Marian model trained from scratch or a fine-tuned checkpoint of a supported family
+(pipeline/runtime/families.py), loaded with AutoModelForSeq2SeqLM; its directions, family and each direction's layout
+(pipeline/runtime/model_languages.py: the ids around a source's pieces, the decoder prefix every runtime decodes
+after) go into the manifest, so the graphs themselves know nothing of languages. The figures go to
+`metrics/export.json`: every direction's sentences pooled at the top level, each direction under `directions`; what
+is gated, and why: README.md's "Translating with the export" and gate.py.
 
-ONNX (`export.onnx`), the format `mtpipe translate` runs: an encoder that also computes every decoder layer's
-cross-attention keys and values once per sentence, and a decoder that appends the new tokens' self-attention keys
-and values to the ones it is given, so a step costs O(length) instead of re-running the prefix; `cache_rows` names
-the row of the given cache each row continues from, so beam search reorders hypotheses without copying caches
-itself. The decoder also returns each row's best 2 x evaluate.beam + 1 next tokens with their log-softmax (what a
-beam of that width needs), so beam search does not sort the vocabulary in numpy. The format (file and graph names,
-cache layout, the manifest `export.json`) is pipeline/runtime/export_format.py; the runtime is
-pipeline/runtime/translate.py.
+    stage_inputs       what the stage reads: the model, its languages, every direction's parity pairs
+    wrappers           the torch modules the graphs are traced from, and the batch they are traced on
+    onnx_graphs        encoder.onnx and the KV-cached decoder.onnx, and their int8 quantisation
+    torchscript        the legacy TorchScript graphs (torch deprecates TorchScript)
+    ctranslate2_model  the CTranslate2 directory (`pip install mtpipe[ct2]`): conversion, greedy decoding
+    quiet              the exporters' known, harmless chatter, quieted
+    parity             every format against PyTorch: graph differences and greedy agreement, per direction
+    gate               which figures break their `export.*` thresholds, and what to do
+    manifest           export.json
+    (this module)      run: the formats, the model files copied beside them, the gate, the manifest, the figures
 
-Options: `export.int8` adds `encoder.int8.onnx`/`decoder.int8.onnx` (int8.py); `export.torchscript` traces the
-encoder and an uncached decoder (torchscript.py; legacy: torch deprecates TorchScript); `export.ctranslate2`
-converts the model to a CTranslate2 directory (ctranslate2_model.py; `pip install mtpipe[ct2]`). `models/export`
-also gets the tokenizer files, config.json, generation_config.json, languages.json and the manifest, so it is
-self-contained.
-
-The model is a Marian model trained from scratch or a fine-tuned checkpoint of a supported family (Marian/OPUS-MT,
-mBART, mBART-50, M2M-100, NLLB: pipeline/runtime/families.py), loaded with AutoModelForSeq2SeqLM; the cached decoder is
-written in the family's architecture (wrappers.py: positions, layer norms and embedding scale differ). Its
-languages are its `languages.json` (written by tokenize, copied with the tokenizer): the directions, recorded in
-the manifest with the family and `target_tags`, and each direction's layout (pipeline/runtime/model_languages.py): the
-ids around a source's pieces (a Marian `>>fr<<` tag, an mBART-50 `en_XX`) and the decoder prefix (`</s> de_DE`) every
-runtime decodes after, so the graphs themselves know nothing of languages.
-
-The parity check (parity.py) runs, for every direction, on its first `export.parity_sentences` pairs of the first
-test split that holds it (of the valid split where none does; stage_inputs.py), laid out as the model reads them,
-against the model as PyTorch runs it (`generate` from the same decoder prefix), and the gate (gate.py) fails the
-stage (`ParityFailed`, naming the direction; nothing published) unless, for every direction,
-  - every fp32 graph's outputs are within `export.max_logit_diff` (max abs) of PyTorch: encoder states and cross
-    caches, teacher-forced decoder logits fed the whole prefix at once, the same fed one token at a time through the
-    cache, and end to end (ONNX encoder into ONNX decoder);
-  - greedy decoding with ONNX Runtime through the cache gives token-identical output to `model.generate` for at
-    least `export.min_identical` of the sentences, never emits <pad>, and its corpus BLEU is within
-    `export.max_bleu_delta` of PyTorch's;
-  - the CTranslate2 model's greedy outputs likewise, against `export.ctranslate2_min_identical` and
-    `export.ctranslate2_max_bleu_delta` (its own thresholds: its default int8 quantisation changes some outputs);
-    the failure says what to do, e.g. that a Marian model's <pad> row is not zero (ctranslate2_model.py).
-The int8 graphs are reported (identical share, BLEU and its delta), not gated: quantisation is expected to change
-some outputs. Figures go to `metrics/export.json`: overall (every direction's sentences pooled) at the top level,
-and per direction under `directions`.
-
-Modules: wrappers.py (the traced torch modules), trace_inputs.py, onnx_graphs.py, int8.py, torchscript.py,
-ctranslate2_model.py, quiet.py (the exporters' chatter), export_files.py, stage_inputs.py, graph_diffs.py and
-greedy_agreement.py (the parity measurements), parity.py, gate.py, manifest.py. Importing this package imports
-neither torch nor onnx: the modules that do are imported when the stage runs.
+Importing this package imports neither torch nor onnx: the modules that do are imported when the stage runs.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path, write_json
-from pipeline.errors import ParityFailed
+from pipeline.errors import MissingArtifact, ParityFailed
 from pipeline.params import ExportParams, Params
 from pipeline.run_figures import largest_graph_diff
 from pipeline.runtime.decoding import SpecialIds
+from pipeline.runtime.errors import PipelineError
 from pipeline.runtime.export_format import (
     CTRANSLATE2_DIR,
     GRAPHS,
@@ -65,13 +43,46 @@ from pipeline.runtime.export_format import (
     ONNX_INT8_FILES,
     TORCHSCRIPT_FILES,
 )
+from pipeline.runtime.model_languages import LANGUAGES_FILE, ModelLanguages
+from pipeline.runtime.text_pieces import TOKENIZER_CONFIG, TOKENIZER_FILES
 from stages.export.ctranslate2_model import require_ctranslate2, start_row_norm
-from stages.export.export_files import copy_model_files, size_mb
 from stages.export.gate import gate_message
 from stages.export.manifest import build_manifest, generation_of
-from stages.export.stage_inputs import ParityPairs, load_model, model_languages, parity_pairs, special_ids_of
+from stages.export.stage_inputs import ParityPairs, load_model, parity_pairs, special_ids_of
 
 log = logging.getLogger("mtpipe.export")
+
+# Files of models/final that are the PyTorch weights; everything else (tokenizer, configs) is copied.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
+
+
+def required_model_files(family: str) -> tuple[str, ...]:
+    """What `mtpipe translate` reads besides the graphs and the manifest: the family's tokenizer files
+    (pipeline.runtime.text_pieces), the tokenizer config and languages.json (directions and layouts)."""
+    return (*TOKENIZER_FILES[family], TOKENIZER_CONFIG, LANGUAGES_FILE)
+
+
+def copy_model_files(final_model: Path, out: Path, family: str) -> list[str]:
+    """Copy the tokenizer files, config.json, generation_config.json and languages.json (everything but the
+    weights), so the export directory is self-contained; returns their names. PipelineError naming the files
+    when models/final lacks one a `family` model is translated with."""
+    missing = [name for name in required_model_files(family) if not (final_model / name).is_file()]
+    if missing:
+        raise PipelineError(f"{final_model}: no {', '.join(missing)}, which translating with a {family} export "
+                            "needs: train it again (`dvc repro tokenize train`)")
+    copied = []
+    for f in sorted(final_model.iterdir()):
+        if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES) and not f.name.endswith(".index.json"):
+            shutil.copy2(f, out / f.name)
+            copied.append(f.name)
+    return copied
+
+
+def size_mb(path: Path) -> float:
+    """The size of a file, or of every file under a directory, in MB."""
+    if path.is_dir():
+        return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6, 3)
+    return round(path.stat().st_size / 1e6, 3)
 
 
 def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, final_model: Path, out: Path,
@@ -81,7 +92,7 @@ def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, fin
     files: dict[str, Any] = {}
     timings: dict[str, Any] = {}
     if settings.onnx or settings.torchscript:
-        from stages.export.trace_inputs import example_inputs
+        from stages.export.wrappers import example_inputs
 
         example = example_inputs(pairs.sources, pairs.targets, pairs.layout, special_ids.pad)
     if settings.onnx:
@@ -90,9 +101,7 @@ def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, fin
         timings["onnx"] = onnx_graphs.export_onnx(model, example, out, settings.opset, beam)
         files["onnx"] = dict(ONNX_FILES)
         if settings.int8:
-            from stages.export.int8 import quantize_int8
-
-            timings["onnx_int8"] = quantize_int8(out)
+            timings["onnx_int8"] = onnx_graphs.quantize_int8(out)
             files["onnx_int8"] = dict(ONNX_INT8_FILES)
     if settings.torchscript:
         from stages.export.torchscript import export_torchscript
@@ -139,8 +148,10 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     settings = params.export
     if settings.ctranslate2:
         require_ctranslate2()  # before minutes of export, not after
+    if not (paths.final_model / "config.json").is_file():
+        raise MissingArtifact(paths.final_model, "train")
+    languages = ModelLanguages.read(paths.final_model)  # refuses an unsupported family before anything loads
     model, tokenizer = load_model(paths)
-    languages = model_languages(paths.final_model)
     directions = languages.directions
     model_config = model.config
     special_ids = special_ids_of(model_config, languages)
@@ -152,7 +163,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
 
     with atomic_path(paths.export) as out:
         out.mkdir()
-        model_files = copy_model_files(paths.final_model, out, languages.family)
+        model_files = copy_model_files(paths.final_model, out, languages.family.name)
         files, timings = _export_formats(model, pairs[directions.names[0]], special_ids, paths.final_model, out,
                                          settings, generation.beam)
         if files:
@@ -170,8 +181,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             "min_identical": settings.min_identical,
             "max_bleu_delta": settings.max_bleu_delta,
         }
-        build_manifest(model_config, special_ids, settings, generation, languages, files, model_files,
-                       metrics).write(out)
+        build_manifest(model_config, special_ids, settings, generation, files, model_files, metrics).write(out)
 
     write_json(paths.metrics("export"), metrics)
     summary = _summary(metrics)

@@ -1,23 +1,11 @@
 """The CTranslate2 model directory (`export.ctranslate2`, the optional `ct2` dependencies): converting the trained
-model, and decoding with it the way the other runtimes' outputs are compared.
-
-CTranslate2's TransformersConverter handles the three architectures (Marian, mBART, M2M-100/NLLB). Two facts it
-reads from the config are no longer in a transformers 5 config, so the conversion states them from the loaded
-model (`_StatedConverter`): mBART's layers are pre-norm with a layernorm_embedding (transformers 5 dropped
-`normalize_before`/`normalize_embedding` from MBartConfig), and which tokenizer the checkpoint has (config
-`tokenizer_class`, unset in a checkpoint saved by save_pretrained), by which it tells mBART-cc25, decoded from the
-target's code, from mBART-50, decoded from </s>.
-
-Decoding starts from the direction's decoder prefix (pipeline/runtime/model_languages.py), as every runtime's does:
-CTranslate2 puts its own start token in front of `target_prefix` when its config names one, so it is given the
-target's prefix (mBART-50, M2M-100, NLLB: the target's code; Marian: nothing, its `>>fr<<` tag is a source token);
-when its config names none (mBART-cc25), it is given the whole prefix. Its hypotheses begin with the prefix it was
-given, which is dropped, so they compare with the others' (what follows the prefix).
-
-Marian: CTranslate2's converter drops the last embedding row (<pad>) and its decoder starts from a zero vector
-where transformers' Marian starts from the <pad> embedding; the two agree because that row is zero in converted
-OPUS-MT checkpoints and training keeps it so (stages/train/model.py zero_start_rows). A model whose row is not zero
-fails the parity gate, and `start_row_norm` lets the failure say why.
+model with CTranslate2's TransformersConverter (Marian, mBART, M2M-100/NLLB), and decoding with it the way the other
+runtimes' outputs are compared. Decoding starts from the direction's decoder prefix
+(pipeline/runtime/model_languages.py), as every runtime's does: CTranslate2 puts its own start token in front of
+`target_prefix` when its config names one, so it is given the target's prefix (mBART-50, M2M-100, NLLB: the target's
+code; Marian: nothing, its `>>fr<<` tag is a source token); when its config names none (mBART-cc25), it is given the
+whole prefix. Its hypotheses begin with the prefix it was given, which is dropped, so they compare with the others'
+(what follows the prefix).
 """
 
 from __future__ import annotations
@@ -50,7 +38,10 @@ def require_ctranslate2() -> None:
 
 def _stated_converter(final_model: Path) -> Any:
     """A TransformersConverter of `final_model` that first writes onto the loaded model's config what its
-    loaders read from the config and transformers 5 no longer keeps there."""
+    loaders read from the config and transformers 5 no longer keeps there: that mBART's layers are pre-norm with a
+    layernorm_embedding (transformers 5 dropped `normalize_before`/`normalize_embedding` from MBartConfig), and
+    which tokenizer the checkpoint has (config `tokenizer_class`, unset in a checkpoint saved by save_pretrained), by
+    which it tells mBART-cc25, decoded from the target's code, from mBART-50, decoded from </s>."""
     from ctranslate2.converters import TransformersConverter
 
     _, tokenizer_class = checkpoint_kind(final_model)
@@ -98,7 +89,12 @@ def convert_ctranslate2(final_model: Path, out: Path, quantization: str) -> floa
 def start_row_norm(model: Any, pad_id: int) -> float | None:
     """The norm of the <pad> embedding row a Marian model's decoder starts from, which CTranslate2 replaces with a
     zero vector (the largest over its decoder and encoder matrices when they are separate); None for the families
-    that start from another token (their rows convert as they are)."""
+    that start from another token (their rows convert as they are).
+
+    CTranslate2's converter drops the last embedding row (<pad>) and its decoder starts from a zero vector where
+    transformers' Marian starts from the <pad> embedding; the two agree because that row is zero in converted
+    OPUS-MT checkpoints and training keeps it so (stages/train/model.py zero_start_rows). A model whose row is not
+    zero fails the parity gate, and this norm lets the failure say why."""
     if model.config.model_type != "marian":
         return None
     matrices = (model.get_input_embeddings().weight, model.get_decoder().embed_tokens.weight)

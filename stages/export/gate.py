@@ -1,9 +1,8 @@
 """The parity gate: which of the parity check's figures break their `export.*` thresholds, direction by direction
-(every direction the model translates must pass on its own sentences; a failure names its direction).
-
-Gated: every fp32 ONNX and TorchScript max abs diff (`export.max_logit_diff`), the share of ONNX greedy outputs
-identical to PyTorch's (`export.min_identical`), the BLEU delta (`export.max_bleu_delta`), and <pad> never emitted;
-the CTranslate2 model's identical share and BLEU delta likewise (`export.ctranslate2_min_identical`,
+(every direction the model translates must pass on its own sentences; a failure names its direction). Gated: every
+fp32 ONNX and TorchScript max abs diff (`export.max_logit_diff`), the share of ONNX greedy outputs identical to
+PyTorch's (`export.min_identical`), the BLEU delta (`export.max_bleu_delta`), and <pad> never emitted; the CTranslate2
+model's identical share and BLEU delta likewise (`export.ctranslate2_min_identical`,
 `export.ctranslate2_max_bleu_delta`: its own, since its default int8 quantisation changes some outputs). The int8
 ONNX graphs are reported, not gated: they are quantised from the fp32 graphs the gate checks, while CTranslate2's
 own converter rebuilds the model from the checkpoint, and nothing else would catch a conversion that changes it.

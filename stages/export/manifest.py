@@ -1,5 +1,5 @@
-"""The manifest the stage writes (pipeline/runtime/export_format.py's ExportManifest), from the model config, its
-languages (family, directions and whether sources carry a target tag) and params."""
+"""The manifest the stage writes (pipeline/runtime/export_format.py's ExportManifest), from the model config and
+params; the model's languages travel beside it as its languages.json."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 
 from pipeline.params import EvaluateParams, ExportParams
 from pipeline.runtime.decoding import SpecialIds
-from pipeline.runtime.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam, target_tags_of
-from pipeline.runtime.model_languages import ModelLanguages
+from pipeline.runtime.export_format import ExportManifest, Generation, ModelDims, candidates_for_beam
 
 # The parity figures the manifest keeps (metrics/export.json has them all).
 PARITY_KEYS = ("n_sentences", "identical_share", "bleu", "onnx", "torchscript", "onnx_int8", "ctranslate2",
@@ -22,10 +21,9 @@ def generation_of(evaluate: EvaluateParams) -> Generation:
 
 
 def build_manifest(model_config: Any, special_ids: SpecialIds, settings: ExportParams, generation: Generation,
-                   languages: ModelLanguages, files: dict[str, Any], model_files: list[str], metrics: dict[str, Any]
-                   ) -> ExportManifest:
-    """The manifest of an export of a model with this (transformers) config and these languages: `files` by
-    format, the copied `model_files`, and the parity figures from `metrics`."""
+                   files: dict[str, Any], model_files: list[str], metrics: dict[str, Any]) -> ExportManifest:
+    """The manifest of an export of a model with this (transformers) config: `files` by format, the copied
+    `model_files`, and the parity figures from `metrics`."""
     return ExportManifest(
         files=files,
         model_files=tuple(model_files),
@@ -43,8 +41,5 @@ def build_manifest(model_config: Any, special_ids: SpecialIds, settings: ExportP
             max_positions=model_config.max_position_embeddings,
         ),
         generation=generation,
-        family=languages.family,
-        directions=tuple(languages.directions.names),
-        target_tags=target_tags_of(languages),
         parity={key: metrics[key] for key in PARITY_KEYS if key in metrics},
     )

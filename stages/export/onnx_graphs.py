@@ -1,8 +1,13 @@
-"""The ONNX graphs: encoder.onnx and the KV-cached decoder.onnx, weights inside, every batch and length dim dynamic.
-
-Caches are one (rows, heads, length, head_dim) tensor per layer and kind: stacking them would make the graph split
-and re-stack the whole cache at every step. Sentences, rows, source length, cache length and new-token length are
-all dynamic (`torch.onnx.export(dynamo=True, dynamic_shapes=...)`). Names and layout: pipeline/runtime/export_format.py.
+"""The ONNX graphs (`export.onnx`): encoder.onnx and the KV-cached decoder.onnx, weights inside, every batch and length
+dim dynamic, and their int8 versions (`export.int8`). The encoder also computes every decoder layer's cross-attention
+keys and values, once per sentence; the decoder appends the new tokens' self-attention keys and values to the ones it
+is given, so a step costs O(length) instead of re-running the prefix, takes `cache_rows` (the row of the given cache
+each row continues from, so beam search reorders hypotheses without copying caches) and returns the next-token
+candidates a beam of `evaluate.beam` needs, so the search sorts no vocabulary in numpy. Caches are one (rows, heads,
+length, head_dim) tensor per layer and kind: stacking them would make the graph split and re-stack the whole cache at
+every step. The int8 graphs are onnxruntime's dynamic quantisation of every MatMul with a weight (the output
+projection included), activations quantised per call; the embedding lookups stay fp32. Names and layout:
+pipeline/runtime/export_format.py; the traced modules: wrappers.py.
 """
 
 from __future__ import annotations
@@ -16,8 +21,16 @@ from typing import Any
 import onnx
 import torch
 
-from pipeline.runtime.export_format import ENCODER_INPUTS, ONNX_FILES, decoder_inputs, decoder_outputs, encoder_outputs
-from stages.export.quiet import quiet_exporters
+from pipeline.runtime.export_format import (
+    ENCODER_INPUTS,
+    GRAPHS,
+    ONNX_FILES,
+    ONNX_INT8_FILES,
+    decoder_inputs,
+    decoder_outputs,
+    encoder_outputs,
+)
+from stages.export.quiet import quiet_exporters, quiet_quantizer
 from stages.export.wrappers import export_wrappers
 
 log = logging.getLogger("mtpipe.export")
@@ -105,3 +118,21 @@ def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: 
         seconds[graph] = round(time.perf_counter() - start, 2)
         onnx.checker.check_model(str(path))
     return seconds
+
+
+def quantize_int8(out: Path) -> float:
+    """encoder.int8.onnx and decoder.int8.onnx from the fp32 graphs in `out`: int8 weights (a scale per output
+    column), activations quantised at run time; returns seconds.
+
+    MatMuls only: a quantised Gather (the embeddings) would be dequantised in full at every call. A scale per
+    output column (per_channel) gave a BLEU closer to fp32 than one scale per matrix, at the same speed
+    (bench/README.md)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    start = time.perf_counter()
+    for graph in GRAPHS:
+        log.info("quantising the %s to int8 (dynamic)", graph)
+        with quiet_quantizer():
+            quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul"], per_channel=True)
+    return round(time.perf_counter() - start, 2)

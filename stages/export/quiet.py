@@ -1,9 +1,8 @@
-"""Quieting the exporters' known, harmless chatter for the length of an export, and nothing else.
-
-Each exporter is quieted where its messages come from: the ONNX exporter's named loggers (set to ERROR, their
-levels restored after), onnxruntime's quantiser by a filter that drops only the records its own source files log
-on the root logger, and warnings by message. `logging.disable` would also silence every other thread of the
-process for that time (a Prefect worker, the stage's own progress), however briefly.
+"""Quieting the exporters' known, harmless chatter for the length of an export, and nothing else. Each exporter is
+quieted where its messages come from: the ONNX exporter's named loggers (set to ERROR, their levels restored after),
+onnxruntime's quantiser by a filter that drops only the records its own source files log on the root logger, and
+warnings by message. `logging.disable` would also silence every other thread of the process for that time (a Prefect
+worker, the stage's own progress), however briefly.
 """
 
 from __future__ import annotations

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import Paths, test_splits
 from pipeline.corpus import read_pairs_by_direction
 from pipeline.errors import MissingArtifact, ParityFailed
 from pipeline.runtime.decoding import SpecialIds
-from pipeline.runtime.errors import PipelineError
-from pipeline.runtime.families import check_local_checkpoint
-from pipeline.runtime.languages import LANGUAGES_FILE, Directions
+from pipeline.runtime.languages import Directions
 from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 
 log = logging.getLogger("mtpipe.export")
@@ -45,31 +42,14 @@ class ParityPairs:
 
 
 def load_model(paths: Paths) -> tuple[Any, Any]:
-    """(the seq2seq model in fp32 and eval mode, its tokenizer) from models/final; UnsupportedCheckpoint, naming
-    the supported families, for a checkpoint of another (checked before loading it)."""
+    """(the seq2seq model in fp32 and eval mode, its tokenizer) from models/final (whose languages the caller has
+    read: ModelLanguages.read refuses a checkpoint of an unsupported family before anything is loaded)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    if not (paths.final_model / "config.json").is_file():
-        raise MissingArtifact(paths.final_model, "train")
-    check_local_checkpoint(paths.final_model)
     model = AutoModelForSeq2SeqLM.from_pretrained(paths.final_model, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(paths.final_model)
     return model, tokenizer
-
-
-def model_languages(model_dir: Path) -> ModelLanguages:
-    """The languages models/final records (directions, family, layouts); PipelineError when it records none, when
-    it has no layouts (an older tokenize wrote it), or when its family is not the checkpoint's."""
-    try:
-        languages = ModelLanguages.read(model_dir)
-    except ValueError as err:
-        raise PipelineError(f"{err}: train it again (`dvc repro tokenize train`)") from None
-    family = check_local_checkpoint(model_dir).name
-    if languages.family != family:
-        raise PipelineError(f"{Path(model_dir) / LANGUAGES_FILE}: family {languages.family!r}, but the checkpoint "
-                            f"beside it is a {family} one: train it again (`dvc repro tokenize train`)")
-    return languages
 
 
 def special_ids_of(model_config: Any, languages: ModelLanguages) -> SpecialIds:

@@ -1,28 +1,26 @@
-"""The modules the export traces: the model's encoder and decoder as graphs with plain tensor inputs and outputs.
+"""The modules the export traces, and the batch it traces them on: the model's encoder and decoder as graphs with
+plain tensor inputs and outputs. The cached decoder is written over the model's own layers (projections, layer norms,
+feed-forward), not over transformers' Cache objects (whose argument was renamed from `past_key_values` to `cache` in
+transformers 5): plain tensors export cleanly and do not move with that API; the encoder is the model's own module (it
+needs no cache). The three architectures the pipeline fine-tunes differ in their decoders in two places only, each one
+small module below, chosen by config.json's model_type (DECODER_ARCHITECTURES); the output projection adds
+`final_logits_bias` where the model has one (Marian, mBART; M2M-100 has none). Graph names and the cache layout are
+pipeline/runtime/export_format.py's. Importing this module imports torch: only the export stage's torch-side modules
+and the tests import it.
 
     EncoderWithCrossCache  input_ids, attention_mask -> last_hidden_state, cross_key_0, cross_value_0, ...
     CachedDecoder          decoder_input_ids, encoder_attention_mask, cache_rows, self cache, cross cache
                            -> logits, next_log_probs, next_ids, present self cache
     EncoderForExport,      the legacy, uncached TorchScript graphs
     DecoderForExport
-
-The cached decoder is written here over the model's own layers (projections, layer norms, feed-forward), not over
-transformers' Cache objects (whose argument was renamed from `past_key_values` to `cache` in transformers 5): its
-inputs and outputs are plain tensors, which exports cleanly and does not move with that API. Graph names and the
-cache layout are pipeline/runtime/export_format.py's. The encoder is the model's own module (it needs no cache).
-
-The three architectures the pipeline fine-tunes differ in their decoders in two places only, each one small module
-below, chosen by config.json's model_type (DECODER_ARCHITECTURES):
+    example_inputs         the batch both exporters trace them on
 
     model_type  input embedding                                        layers      after the last layer
     marian      tokens x embed_scale + sinusoidal table[position]      post-norm   -
     mbart       layernorm_embedding(tokens + learned[position + 2])    pre-norm    layer_norm
     m2m_100     tokens + sinusoidal table[position + padding_idx + 1]  pre-norm    layer_norm
 
-(mBART's and M2M-100's token embeddings scale themselves: transformers' *ScaledWordEmbedding.) The output
-projection adds `final_logits_bias` where the model has one (Marian, mBART; M2M-100 has none).
-
-Importing this module imports torch: only the export stage's torch-side modules and the tests import it.
+(mBART's and M2M-100's token embeddings scale themselves: transformers' *ScaledWordEmbedding.)
 """
 
 from __future__ import annotations
@@ -31,11 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from pipeline.runtime.decoding import pad_batch
 from pipeline.runtime.export_format import candidates_for_beam
 from pipeline.runtime.families import UnsupportedCheckpoint
+from pipeline.runtime.model_languages import DirectionLayout
 
 
 def split_heads(states: Any, head_dim: int) -> Any:
@@ -380,3 +381,28 @@ def empty_cache(model: Any, rows: int) -> list[torch.Tensor]:
     model_config = model.config
     heads = model_config.decoder_attention_heads
     return [torch.zeros(rows, heads, 0, model_config.d_model // heads) for _ in range(2 * model_config.decoder_layers)]
+
+
+def example_inputs(sources: list[list[int]], targets: list[list[int]], layout: DirectionLayout, pad_id: int
+                   ) -> dict[str, torch.Tensor]:
+    """input_ids, attention_mask and decoder_input_ids: batch 2, lengths >= 2 and padding in every row.
+
+    The decoder's inputs are teacher-forced ones of a direction (`layout`): its decoder start, then the first
+    labels, which begin with the target's prefix (so a row starts with the decoder prefix a translation is
+    decoded after: `<pad>` for Marian, `</s> de_DE` for mBART-50).
+
+    torch.export specialises dimensions of size 0 or 1, and jit.trace records whichever mask branch the example
+    takes, so the example must have a masked position to keep the padding mask in the traced graph.
+    """
+    src = [sources[i % len(sources)] for i in range(2)]
+    tgt = [targets[i % len(targets)] for i in range(2)]
+    ids, mask = pad_batch(src, pad_id)
+    # One more padded column, so that both rows have a masked position.
+    ids = np.pad(ids, ((0, 0), (0, 1)), constant_values=pad_id)
+    mask = np.pad(mask, ((0, 0), (0, 1)))
+    decoder_ids, _ = pad_batch([[layout.decoder_start, *t[:2]] for t in tgt], pad_id)
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "attention_mask": torch.from_numpy(mask),
+        "decoder_input_ids": torch.from_numpy(decoder_ids),
+    }

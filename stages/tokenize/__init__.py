@@ -14,15 +14,17 @@ front (the tag is not encoded as text, where SentencePiece would give it a `▁`
 The tokenizer is also saved as a standard transformers `MarianTokenizer` (`hf_tokenizer/`), which the train stage
 ships inside `models/final`, so `AutoTokenizer.from_pretrained("models/final")(">>de<< " + text)`
 (`Directions.tagged`) gives the same ids as the arrays here. Beside each split's arrays, `<split>.dir.npy` gives
-every row's direction (pipeline/token_arrays.py).
+every row's direction, an index into languages.json's directions (pipeline/token_arrays.py); meta.json holds the
+vocabulary's size and special ids and the arrays' dtype, nothing of the languages.
 
 With `model.init: pretrained` (Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB: pipeline/runtime/families.py) every row
 is encoded by the checkpoint's own tokenizer set to the row's direction, `tokenizer(src, text_target=tgt)` with
 src_lang/tgt_lang set (Marian multi-target: the target's tag in front of the source), so the arrays are what the
-checkpoint was trained on. Either way `hf_tokenizer/languages.json` records the directions, the family, each
-language's code and each direction's layout of special ids (pipeline/runtime/model_languages.py), which every later
-stage reads: for a pretrained checkpoint measured on its tokenizer (stages/tokenize/checkpoint_tokenizer.py), for the
-trained one the Marian layout it is built with.
+checkpoint was trained on. Either way `hf_tokenizer/languages.json`, the model's one record of its languages,
+holds the directions, the family, each language's code and each direction's layout of special ids
+(pipeline/runtime/model_languages.py), which every later stage reads through ModelLanguages.read: for a
+pretrained checkpoint measured on its tokenizer (stages/tokenize/checkpoint_tokenizer.py), for the trained one the
+Marian layout it is built with.
 """
 
 from __future__ import annotations
@@ -37,16 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.artifacts import Paths, atomic_path, splits_in, write_json
+from pipeline.artifacts import TOKENIZER_DIR, Paths, atomic_path, splits_in, write_json
 from pipeline.corpus import count_rows, iter_pair_batches
 from pipeline.errors import HubUnreachable, MissingArtifact
 from pipeline.params import Params
 from pipeline.runtime.errors import PipelineError
 from pipeline.runtime.families import Family, checkpoint_codes, family_of
 from pipeline.runtime.languages import Directions, target_tag
-from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
+from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages, family_named
 from pipeline.token_arrays import (
-    MAX_DIRECTIONS,
     TokenArrayWriter,
     flatten,
     token_dtype,
@@ -211,10 +212,6 @@ def _tag_ids(vocab: dict[str, int], directions: Directions) -> np.ndarray | None
     return np.array([vocab[target_tag(d.tgt)] for d in directions.directions], dtype=np.int64)
 
 
-def _tag_meta(directions: Directions, tag_ids: dict[str, int]) -> dict[str, Any]:
-    return {"directions": directions.names, "target_tags": directions.target_tags, "target_tag_ids": tag_ids}
-
-
 def load_checkpoint(name: str) -> tuple[Any, Any]:
     """(tokenizer, config) of model.name_or_path, a local save_pretrained directory or a hub name; a PipelineError
     saying what to do when it cannot be loaded: HubUnreachable for a hub name not in the local cache while the hub
@@ -273,15 +270,13 @@ def pretrained_tokenizer(params: Params, out_dir: Path, directions: Directions) 
     declared = (getattr(tokenizer, "source_lang", None), getattr(tokenizer, "target_lang", None))
     codes = checkpoint_codes(family, vocabulary, directions, params.model.language_codes, where, declared)
     # Saved before any direction is set, so the checkpoint's own src_lang/tgt_lang defaults travel with it.
-    tokenizer.save_pretrained(out_dir / "hf_tokenizer")
+    tokenizer.save_pretrained(out_dir / TOKENIZER_DIR)
     layouts = {str(d): measure_layout(tokenizer, family, config, d, codes, where) for d in directions.directions}
-    ModelLanguages(directions, family.name, codes, layouts).write(out_dir / "hf_tokenizer")
-    tags = {} if family.sets_languages else {codes[t]: vocabulary[codes[t]] for t in directions.targets if t in codes}
+    ModelLanguages(directions, family, codes, layouts).write(out_dir / TOKENIZER_DIR)
     meta = {
         # Every id the tokenizer can give fits the arrays' dtype (M2M-100's codes are outside get_vocab()).
         "vocab_size": max(len(tokenizer), max(vocabulary.values()) + 1), "pad_id": tokenizer.pad_token_id,
         "eos_id": tokenizer.eos_token_id, "unk_id": tokenizer.unk_token_id, "tokenizer": name,
-        "family": family.name, **_tag_meta(directions, tags),
     }
     return meta, checkpoint_encoder(tokenizer, family, directions, codes)
 
@@ -294,7 +289,7 @@ def scratch_languages(vocab: dict[str, int], directions: Directions) -> ModelLan
     codes = {t: target_tag(t) for t in directions.targets} if directions.target_tags else {}
     layouts = {str(d): DirectionLayout((vocab[codes[d.tgt]],) if codes else (), (eos,), (), (eos,), pad)
                for d in directions.directions}
-    return ModelLanguages(directions, "marian", codes, layouts)
+    return ModelLanguages(directions, family_named("marian"), codes, layouts)
 
 
 def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
@@ -314,11 +309,10 @@ def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
         src_spm = train_spm(params, sentences_of(train_file, ("src",)), out_dir / "spm.src.model")
         tgt_spm = train_spm(params, sentences_of(train_file, ("tgt",)), out_dir / "spm.tgt.model")
     vocab = marian_vocab(src_spm)
-    write_hf_tokenizer(src_spm, tgt_spm, out_dir / "hf_tokenizer", scratch_languages(vocab, directions))
+    write_hf_tokenizer(src_spm, tgt_spm, out_dir / TOKENIZER_DIR, scratch_languages(vocab, directions))
     # Separate models are trained to exactly vocab_size pieces, so both sides share the size and the <pad> id.
     meta = {"vocab_size": len(vocab), "pad_id": vocab[PAD], "eos_id": vocab[EOS], "unk_id": vocab[UNK],
-            "tokenizer": "sentencepiece", "joint": params.tokenize.joint, "family": "marian",
-            **_tag_meta(directions, {tag: vocab[tag] for tag in directions.tags})}
+            "tokenizer": "sentencepiece", "joint": params.tokenize.joint}
     encoders = {"src": spm_encoder(src_spm, vocab[EOS], threads, _tag_ids(vocab, directions)),
                 "tgt": spm_encoder(tgt_spm, vocab[EOS], threads)}
     return meta, side_by_side(encoders), sample
@@ -383,17 +377,8 @@ def encode_split(
     }
 
 
-def check_directions(params: Params, directions: Directions) -> None:
-    """Refuse what the directions and the tokenizer settings cannot do together, before anything is trained."""
-    if len(directions.directions) > MAX_DIRECTIONS:
-        raise PipelineError(f"data.directions: {len(directions.directions)} directions, more than the "
-                            f"{MAX_DIRECTIONS} a tokenized corpus can tell apart")
-    # tokenize.joint: false with several directions is refused by pipeline/params.py, before any stage runs.
-
-
 def run(params: Params, paths: Paths) -> dict[str, Any]:
-    directions = params.data.pairs
-    check_directions(params, directions)
+    directions = params.data.directions
     train_file = paths.split_file(paths.clean, "train")
     if not train_file.exists():
         raise MissingArtifact(train_file, "clean")

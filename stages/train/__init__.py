@@ -40,6 +40,7 @@ from pipeline.runtime.errors import PipelineError
 
 if TYPE_CHECKING:
     from pipeline.params import Params
+    from stages.train.loop import UpdateHook
 
 log = logging.getLogger("mtpipe.train")
 
@@ -78,18 +79,22 @@ def train_spec(params: Params, paths: Paths) -> dict[str, Any]:
     }
 
 
-def run(params: Params, paths: Paths, params_file: str = "params.yaml") -> dict[str, Any]:
-    """Train; `params_file` is only named in the log (torchrun workers get the validated spec, not the file)."""
+def run(params: Params, paths: Paths, params_file: str = "params.yaml",
+        on_update: UpdateHook | None = None) -> dict[str, Any]:
+    """Train; `params_file` is only named in the log (torchrun workers get the validated spec, not the file).
+    `on_update(rank, step)` runs before each update of a run in this process (loop.train)."""
     if not (paths.tokenized / "meta.json").exists():
         raise MissingArtifact(paths.tokenized / "meta.json", "tokenize")
     nproc = resolve_nproc(params.train.nproc)
     spec = train_spec(params, paths)
     if nproc > 1 and "LOCAL_RANK" not in os.environ:
+        if on_update is not None:  # a function does not cross into torchrun's worker processes
+            raise ValueError("on_update needs the run in this process; train.nproc > 1 runs it under torchrun")
         return _launch_torchrun(nproc, paths, spec, params_file)
 
     from stages.train.loop import train
 
-    metrics = train(spec)
+    metrics = train(spec, on_update)
     if int(os.environ.get("RANK", "0")) == 0:
         write_json(paths.metrics("train"), metrics)
     return metrics

@@ -51,7 +51,7 @@ SAMPLING_PARAMS = ("temperature",)
 # The encoded data the trainer reads; hashed whole (about a second per GB).
 DATA_FILES = ("meta.json", "train.src.bin", "train.src.idx.npy", "train.tgt.bin", "train.tgt.idx.npy",
               "train.dir.npy", "valid.src.bin", "valid.src.idx.npy", "valid.tgt.bin", "valid.tgt.idx.npy",
-              "valid.dir.npy")
+              "valid.dir.npy", "hf_tokenizer/languages.json")
 
 
 def fingerprint(spec: dict[str, Any], world: int, tokenized: Path, directions: int = 1) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 Everything comes from data/tokenized (the tokenize stage's outputs): meta.json, the memory-mapped
 `<split>.src`/`<split>.tgt` arrays (pipeline.token_arrays) and `<split>.dir.npy` (directions.py), for the train
-and valid splits, and `hf_tokenizer/languages.json` (pipeline.runtime.model_languages.ModelLanguages): the checkpoint
-family and each direction's layout, from which the collators take each direction's decoder start id and the
-special ids truncation keeps, and train-time BLEU each direction's decoder prefix. numpy only.
+and valid splits, and `hf_tokenizer/languages.json` (pipeline.runtime.model_languages.ModelLanguages): the
+directions dir.npy indexes, the checkpoint family and each direction's layout, from which the collators take each
+direction's decoder start id and the special ids truncation keeps, and train-time BLEU each direction's decoder prefix.
+numpy only.
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.runtime.errors import PipelineError
+from pipeline.artifacts import TOKENIZER_DIR
 from pipeline.runtime.model_languages import ModelLanguages
 from pipeline.token_arrays import TokenArray
 from stages.train.batching import Collator
-from stages.train.directions import direction_names, row_directions, rows_by_direction, valid_batches
+from stages.train.directions import row_directions, rows_by_direction, valid_batches
 from stages.train.sampling import EpochBatches
 
 
 @dataclass
 class RunData:
     meta: dict[str, Any]  # data/tokenized/meta.json
-    directions: list[str]  # meta["directions"]: index d of the row numbers below is directions[d]
+    directions: list[str]  # languages.json's: index d of the row numbers below is directions[d]
     languages: ModelLanguages  # the family, the codes and each direction's layout
     train: Collator
     valid: Collator
@@ -35,20 +36,6 @@ class RunData:
     valid_rows: list[np.ndarray]
     epochs: EpochBatches  # each epoch's train batches
     valid_batches: list[tuple[int, np.ndarray]]  # (direction, rows): fixed for the run
-
-
-def model_languages(tokenized: Path, names: list[str]) -> ModelLanguages:
-    """hf_tokenizer/languages.json, which must list meta.json's directions in the same order (dir.npy's values
-    index both)."""
-    try:
-        languages = ModelLanguages.read(tokenized / "hf_tokenizer")
-    except ValueError as err:  # missing, or written before layouts were recorded
-        raise PipelineError(f"{err}; run `dvc repro tokenize`") from None
-    if languages.directions.names != names:
-        raise PipelineError(f"{tokenized / 'hf_tokenizer' / 'languages.json'} lists the directions "
-                            f"{languages.directions.names}, but {tokenized / 'meta.json'} lists {names}: the "
-                            "tokenized data is inconsistent; run `dvc repro tokenize`")
-    return languages
 
 
 def split_data(tokenized: Path, split: str, meta: dict[str, Any], languages: ModelLanguages,
@@ -66,8 +53,8 @@ def split_data(tokenized: Path, split: str, meta: dict[str, Any], languages: Mod
 def load_data(tokenized: Path, train_params: Any) -> RunData:
     """The run's data (`train_params`: the validated `train:` params, as the loop holds them)."""
     meta = json.loads((tokenized / "meta.json").read_text())
-    names = direction_names(meta, tokenized)
-    languages = model_languages(tokenized, names)
+    languages = ModelLanguages.read(tokenized / TOKENIZER_DIR)
+    names = languages.directions.names
     train, train_rows = split_data(tokenized, "train", meta, languages, train_params.max_len)
     valid, valid_rows = split_data(tokenized, "valid", meta, languages, train_params.max_len)
     return RunData(

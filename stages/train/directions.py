@@ -1,7 +1,7 @@
 """The translation direction of every encoded pair, and validation figures per direction and over directions.
 
 The tokenize stage writes, per split, `<split>.dir.npy`: one uint8 per pair (aligned with the token arrays'
-rows), an index into meta.json's "directions" (["en-de", "en-fr"]). The trainer reads it for train (sampling.py
+rows), an index into languages.json's "directions" (["en-de", "en-fr"]). The trainer reads it for train (sampling.py
 draws each epoch's pairs per direction) and valid (loss and BLEU are measured per direction).
 
 What validation reports: `valid/loss` and `valid/bleu` are the MEAN over directions of each direction's figure
@@ -24,17 +24,8 @@ from pipeline.token_arrays import DIRECTIONS_SUFFIX, read_row_directions
 from stages.train.batching import length_batches
 
 
-def direction_names(meta: dict[str, Any], tokenized: Path) -> list[str]:
-    """The directions meta.json lists (index d of a dir.npy value is names[d])."""
-    names = meta.get("directions")
-    if not names:
-        raise PipelineError(f"{tokenized / 'meta.json'} lists no \"directions\": it was written by an older "
-                            "tokenize stage; run `dvc repro tokenize`")
-    return list(names)
-
-
 def row_directions(tokenized: Path, split: str, pairs: int, names: list[str]) -> np.ndarray:
-    """Each pair's direction index from `<split>.dir.npy`, checked against the token arrays and meta.json."""
+    """Each pair's direction index from `<split>.dir.npy`, checked against the token arrays and the directions."""
     path = tokenized / f"{split}{DIRECTIONS_SUFFIX}"
     if not path.exists():
         raise MissingArtifact(path, "tokenize")
@@ -44,7 +35,7 @@ def row_directions(tokenized: Path, split: str, pairs: int, names: list[str]) ->
                             f"{split}.tgt: the tokenized data is inconsistent; run `dvc repro tokenize`")
     unknown = np.flatnonzero(values >= len(names))
     if len(unknown):
-        raise PipelineError(f"{path}, row {unknown[0]}: direction index {values[unknown[0]]}, but meta.json lists "
+        raise PipelineError(f"{path}, row {unknown[0]}: direction index {values[unknown[0]]}, but languages.json lists "
                             f"{len(names)} direction(s) {names}")
     return values
 

@@ -1,6 +1,8 @@
 """The process-wide torch settings a training run needs, set for the run and put back afterwards.
 
-- Threads: `train.threads` intra-op threads (default: the cores shared out among the processes of the run).
+- Threads: `train.threads` intra-op threads (default: the cores shared out among the processes of the run; the
+  cores the process may run on, usable_cores, which a taskset, a cgroup cpuset or `docker run --cpuset-cpus`
+  narrows while os.cpu_count() still counts the whole machine).
 - TF32 on CUDA: fp32 matmuls and convolutions run on the tensor cores in TF32 (10-bit mantissa inputs, fp32
   accumulation), what `precision: fp32` means on a GPU; several times the throughput of true fp32 matmuls on
   A100/H100/H200. Under bf16/fp16 autocast the matmuls are in bf16/fp16 anyway. CPUs are unaffected.
@@ -21,6 +23,13 @@ from contextlib import contextmanager
 import torch
 
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"  # the value PyTorch's reproducibility notes give for cuBLAS
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one), as torch sizes its own
+    thread pool: more threads than that would take turns on the same cores."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 @contextmanager

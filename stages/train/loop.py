@@ -59,6 +59,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from pipeline.artifacts import write_json
+from pipeline.artifacts import Paths, write_json
 from pipeline.runtime.errors import PipelineError
 from stages.train import checkpoint
 from stages.train.batching import IGNORE_INDEX, PlannedUpdate, planned_updates
@@ -79,7 +80,7 @@ from stages.train.data import RunData, load_data
 from stages.train.directions import best_figures, mean, per_direction_text, validation_row
 from stages.train.distributed import Distributed
 from stages.train.dropout import training_dropout
-from stages.train.kernels import kernel_settings
+from stages.train.kernels import kernel_settings, usable_cores
 from stages.train.live import Logger, SystemFigures
 from stages.train.model import (
     build_model,
@@ -89,6 +90,7 @@ from stages.train.model import (
     zero_rows,
     zero_start_rows,
 )
+from stages.train.precision import resolve_precision
 from stages.train.prefetch import Prefetcher, ReadyUpdate
 from stages.train.resume import agreed_resume
 from stages.train.save import save_final
@@ -97,6 +99,8 @@ from stages.train.state import TrainState
 log = logging.getLogger("mtpipe.train")
 LN2 = math.log(2)
 PREFETCH_UPDATES = 2  # updates built ahead by the batch thread (0: built in the loop's thread, for comparisons)
+# Where a caller hooks each update: called with (rank, the number of the update about to be taken) before it runs.
+UpdateHook = Callable[[int, int], None]
 
 
 class TrainingDiverged(PipelineError):
@@ -141,12 +145,6 @@ def parameter_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _injected_failure(rank: int, step: int) -> None:
-    """MTPIPE_TRAIN_FAIL_AT=RANK:STEP makes that rank crash before that update (the test of a dying rank)."""
-    if os.environ.get("MTPIPE_TRAIN_FAIL_AT") == f"{rank}:{step}":
-        raise RuntimeError(f"rank {rank} failed on purpose before update {step} (MTPIPE_TRAIN_FAIL_AT)")
-
-
 def on_device(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     """Host tensors to the device; asynchronous when they are pinned (a no-op on the CPU)."""
     return {name: t.to(device, non_blocking=True) for name, t in tensors.items()}
@@ -156,11 +154,10 @@ def on_device(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[st
 class Run:
     """What stays fixed for the whole run: its settings, processes, data, model, optimisation and outputs."""
 
-    train_params: SimpleNamespace  # spec["train"]: the validated `train:` params
+    train_params: SimpleNamespace  # spec["train"]: the validated `train:` params, `precision` resolved
     spec: dict[str, Any]
-    root: Path
-    tokenized: Path
-    checkpoints: Path
+    precision_reason: str  # why the run trains in train_params.precision (precision.py)
+    paths: Paths  # rooted at spec["root"]
     dist: Distributed
     threads: int
     data: RunData
@@ -205,14 +202,16 @@ def _zero_a_trained_start_row(pad_rows: list[torch.Tensor], model_spec: dict[str
 
 def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     """Data, model, DDP, AMP, optimizer and schedule, before any resume (the initial weights: seed alone)."""
+    # `auto` is resolved once, here, so the fingerprint, the autocast and the metrics all see the same precision.
+    precision, precision_reason = resolve_precision(spec["train"]["precision"], dist.device)
+    spec = {**spec, "train": {**spec["train"], "precision": precision}}
     train_params = SimpleNamespace(**spec["train"])
-    root = Path(spec["root"])
-    tokenized = root / "data" / "tokenized"
+    paths = Paths(Path(spec["root"]))
     # Dropout: each rank draws its own masks, as it has its own data (build_model does not touch this stream).
     torch.manual_seed(train_params.seed + dist.rank)
 
     # ---- data: pre-encoded arrays and each pair's direction; the batches of each epoch (data.py) ----
-    data = load_data(tokenized, train_params)
+    data = load_data(paths.tokenized, train_params)
     meta = data.meta
     n_batches, per_update = len(data.epochs(1)[0]), dist.world * train_params.update_freq
     if n_batches < per_update:
@@ -221,8 +220,7 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
 
     # ---- model, DDP, AMP, optimizer, schedule ----
     model = build_model(spec["model"], meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=train_params.seed,
-                        joint_vocab=meta.get("joint", True), tokenizer_dir=tokenized / "hf_tokenizer",
-                        tokenized_family=data.languages.family)
+                        joint_vocab=meta.get("joint", True), family=data.languages.family)
     # Frozen weights take no gradient, so AdamW leaves them as they are (model.py says what each part holds).
     freeze(model, train_params.freeze)
     if train_params.gradient_checkpointing:
@@ -246,25 +244,25 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     _zero_a_trained_start_row(pad_rows, spec["model"], dist.is_main)
     bleu_sentences = train_params.valid_bleu_sentences if dist.is_main else 0
     return Run(
-        train_params=train_params, spec=spec, root=root, tokenized=tokenized,
-        checkpoints=root / "models" / "checkpoints", dist=dist, threads=threads, data=data,
+        train_params=train_params, spec=spec, precision_reason=precision_reason, paths=paths, dist=dist,
+        threads=threads, data=data,
         model=model, ddp_model=ddp_model, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
         schedule=schedule, pad_rows=pad_rows,
-        fingerprint=checkpoint.fingerprint(spec, dist.world, tokenized, len(data.directions)),
-        logger=Logger(root / "dvclive", dist.is_main),
+        fingerprint=checkpoint.fingerprint(spec, dist.world, paths.tokenized, len(data.directions)),
+        logger=Logger(paths.dvclive, dist.is_main),
         system=SystemFigures(dist.device),
-        bleu=ValidBleu(data.valid, data.valid_rows, tokenized / "hf_tokenizer", bleu_sentences, train_params.seed,
+        bleu=ValidBleu(data.valid, data.valid_rows, paths.tokenizer, bleu_sentences, train_params.seed,
                        train_params.max_tokens, spec["evaluate"]["max_len_a"], spec["evaluate"]["max_len_b"]),
     )
 
 
 def restore(run: Run) -> TrainState:
     """The state to start from: a matching last.pt (every rank resumes it, or none does), else a fresh start."""
-    last = run.checkpoints / checkpoint.LAST
+    last = run.paths.checkpoints / checkpoint.LAST
     saved = agreed_resume(run.dist, last, run.fingerprint, run.train_params.max_steps)
     if saved is None:
         if run.dist.is_main:
-            checkpoint.clear(run.checkpoints)
+            checkpoint.clear(run.paths.checkpoints)
         return TrainState.start(run.device)
     run.model.load_state_dict(saved["model"])
     run.optimizer.load_state_dict(saved["optimizer"])
@@ -358,8 +356,9 @@ def eventful(state: TrainState, run: Run, pending: PendingUpdate) -> bool:
             or step >= p.max_steps or pending.plan.ends_epoch)
 
 
-def fit(state: TrainState, run: Run) -> str:
-    """Take updates until a limit is reached; returns which (see the module docstring for the lagged booking)."""
+def fit(state: TrainState, run: Run, on_update: UpdateHook | None = None) -> str:
+    """Take updates until a limit is reached; returns which (see the module docstring for the lagged booking).
+    `on_update` is called before each update, with this rank and the update's number."""
     if state.update_in_epoch >= run.updates_in_epoch(state.epoch):  # a checkpoint written at the end of an epoch
         state.epoch, state.update_in_epoch = state.epoch + 1, 0
     stop = limit_reached(state, run)
@@ -375,7 +374,8 @@ def fit(state: TrainState, run: Run) -> str:
     try:
         while not stop:
             update = next(feed)
-            _injected_failure(run.dist.rank, state.step + (pending is not None) + 1)
+            if on_update is not None:  # the pending update, not booked yet, comes before this one
+                on_update(run.dist.rank, state.step + (pending is not None) + 1)
             loss_sum = forward_backward(run, update)
             if pending is not None:  # the previous update, booked while this one is queued on the device
                 book(state, run, pending)
@@ -541,12 +541,12 @@ def save(state: TrainState, run: Run, names: list[str]) -> None:
         "rng": rngs,
         "progress": state.progress(),
     }
-    checkpoint.save_atomic(blob, run.checkpoints / names[0])
+    checkpoint.save_atomic(blob, run.paths.checkpoints / names[0])
     for name in names[1:]:
-        checkpoint.link_atomic(run.checkpoints / names[0], run.checkpoints / name)
+        checkpoint.link_atomic(run.paths.checkpoints / names[0], run.paths.checkpoints / name)
     if checkpoint.LAST in names and run.train_params.average_last > 1:
         weights = {k: v.detach().to("cpu", copy=True) for k, v in run.model.state_dict().items()}
-        checkpoint.save_average_snapshot(weights, run.checkpoints, state.step, run.train_params.average_last)
+        checkpoint.save_average_snapshot(weights, run.paths.checkpoints, state.step, run.train_params.average_last)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -572,7 +572,7 @@ def finish(state: TrainState, run: Run, stop_reason: str) -> dict[str, Any]:
     final_model, final_valid_loss = load_final_weights(state, run)
     metrics = run_metrics(state, run, stop_reason, final_model, final_valid_loss)
     metrics["replica_digests"] = sorted(set(digests))  # one: every rank ended with the same parameters
-    save_final(run.model.cpu(), run.tokenized / "hf_tokenizer", run.root / "models" / "final")
+    save_final(run.model.cpu(), run.paths.tokenizer, run.paths.final_model)
     log.info("saved models/final (%s)", final_model)
     run.logger.close()
     return metrics
@@ -582,7 +582,7 @@ def load_final_weights(state: TrainState, run: Run) -> tuple[str, float]:
     """Put the final weights into run.model: the average of the last checkpoints, the best ones, or (when no
     validation ever gave a finite loss, so best.pt was never written) the last ones. Returns what they are and
     their valid loss."""
-    ckpt = run.checkpoints
+    ckpt = run.paths.checkpoints
     final_valid_loss = state.best_valid_loss
     if run.train_params.average_last > 1:
         weights, steps = checkpoint.average_snapshots(ckpt, run.train_params.average_last)
@@ -639,6 +639,7 @@ def run_metrics(state: TrainState, run: Run, stop_reason: str, final_model: str,
         "processes": run.dist.world,
         "update_freq": p.update_freq,
         "precision": p.precision,
+        "precision_reason": run.precision_reason,
         "device": run.device.type,
         "deterministic": p.deterministic,
         "truncated_pairs": run.data.train.truncated(),
@@ -656,10 +657,11 @@ def direction_metrics(state: TrainState, run: Run) -> dict[str, dict[str, Any]]:
             for d, name in enumerate(run.data.directions)}
 
 
-def train(spec: dict[str, Any]) -> dict[str, Any]:
-    """One training run, as the module docstring describes; rank 0 returns the metrics, other ranks {}."""
+def train(spec: dict[str, Any], on_update: UpdateHook | None = None) -> dict[str, Any]:
+    """One training run, as the module docstring describes; rank 0 returns the metrics, other ranks {}.
+    `on_update(rank, step)` runs before each update (where a caller hooks in, such as a test injecting a fault)."""
     dist = Distributed()
-    threads = spec["train"]["threads"] or max(1, (os.cpu_count() or 1) // dist.world)
+    threads = spec["train"]["threads"] or max(1, usable_cores() // dist.world)
     # The process group is torn down on every way out: a process that exits with a live one (after an error
     # such as CheckpointMismatch) can abort in the collective library's threads instead of exiting with the error.
     try:
@@ -676,7 +678,8 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
                          p.max_tokens, dist.world, p.update_freq, p.precision, dist.device.type,
                          " (TF32 matmuls)" if dist.device.type == "cuda" and p.precision == "fp32" else "", threads,
                          ", deterministic kernels" if p.deterministic else "")
-            stop_reason = fit(state, run)
+                log.info("precision %s (%s)", p.precision, run.precision_reason)
+            stop_reason = fit(state, run, on_update)
             return finish(state, run, stop_reason)
     finally:
         dist.close()

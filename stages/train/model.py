@@ -5,9 +5,8 @@ sinusoidal positions, scaled and shared embeddings, and generation (beam search)
 through PyTorch SDPA. Imports only torch, transformers and the stdlib-only pipeline.runtime.families.
 
 A pretrained checkpoint (`model.init: pretrained`) must be of one of the families the pipeline exports
-(pipeline/runtime/families.py: Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB); its family is read from its config.json
-and tokenizer_config.json before the weights are loaded, and any other one stops with UnsupportedCheckpoint naming
-the supported families.
+(pipeline/runtime/families.py: Marian/OPUS-MT, mBART, mBART-50, M2M-100, NLLB). The tokenize stage worked its family
+out and recorded it in languages.json; the model loaded must be of that family's architecture.
 
 What trains (the `train:` params, applied by the loop): `gradient_checkpointing` recomputes each layer's
 activations in the backward pass instead of keeping them (transformers' own per-layer checkpointing,
@@ -35,11 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 from pipeline.runtime.errors import PipelineError
-from pipeline.runtime.families import Family, checkpoint_kind, family_of
+from pipeline.runtime.families import Family
 
 
 def model_spec(model: Any) -> dict[str, Any]:
@@ -101,32 +99,15 @@ def generation_config(pad_id: int, eos_id: int, max_length: int) -> Any:
     )
 
 
-def checkpoint_family(name_or_path: str, tokenizer_dir: Path | None = None) -> Family:
-    """The family of a pretrained checkpoint (a local save_pretrained directory or a hub name, read from the hub
-    cache), from its config.json's model_type and its tokenizer_config.json's class; UnsupportedCheckpoint naming
-    both and the supported families otherwise. A checkpoint whose tokenizer_config.json names no class (older
-    OPUS-MT repositories) is judged by the class the tokenize stage loaded its tokenizer as (`tokenizer_dir`,
-    written by save_pretrained)."""
-    directory = Path(name_or_path)
-    if not directory.is_dir():
-        from transformers.utils import cached_file
-
-        directory = Path(cached_file(name_or_path, "config.json")).parent  # the snapshot beside its tokenizer files
-    model_type, tokenizer_class = checkpoint_kind(directory)
-    if tokenizer_class is None and tokenizer_dir is not None:
-        tokenizer_class = checkpoint_kind(tokenizer_dir)[1]
-    return family_of(model_type, tokenizer_class, name_or_path)
-
-
 def build_model(
     model: Any, vocab_size: int, pad_id: int, eos_id: int, seed: int = 1, joint_vocab: bool = True,
-    tokenizer_dir: Path | None = None, tokenized_family: str | None = None,
+    family: Family | None = None,
 ) -> Any:
     """A freshly initialised model (init: scratch) or the checkpoint at model.name_or_path (init: pretrained).
 
-    A pretrained checkpoint must be of a supported family (checkpoint_family; `tokenizer_dir` is the tokenize
-    stage's copy of its tokenizer) and, given `tokenized_family` (languages.json's), of the family the data was
-    tokenized for, with an embedding row for every id of the data's vocabulary.
+    A pretrained checkpoint must be of the family the data was tokenized for (`family`: languages.json's, which the
+    tokenize stage worked out from this checkpoint), by its architecture, with an embedding row for every id of the
+    data's vocabulary.
 
     The initial weights come from `seed` alone, drawn inside a forked random state: the caller's torch random
     state is the same after the call as before, so every DDP rank builds the same weights and keeps the dropout
@@ -136,12 +117,11 @@ def build_model(
 
     model = model_spec(model)
     if model["init"] == "pretrained":
-        family = checkpoint_family(model["name_or_path"], tokenizer_dir)
-        if tokenized_family is not None and family.name != tokenized_family:
-            raise PipelineError(f"model.name_or_path {model['name_or_path']} is a {family.name} checkpoint, but "
-                                f"data/tokenized was tokenized for a {tokenized_family} one "
-                                "(hf_tokenizer/languages.json): run `dvc repro tokenize`")
         loaded = AutoModelForSeq2SeqLM.from_pretrained(model["name_or_path"], attn_implementation="sdpa")
+        if family is not None and loaded.config.model_type != family.model_type:
+            raise PipelineError(f"model.name_or_path {model['name_or_path']} is a {loaded.config.model_type} model, "
+                                f"but data/tokenized was tokenized for a {family.name} checkpoint (model_type "
+                                f"{family.model_type}, hf_tokenizer/languages.json): run `dvc repro tokenize`")
         rows = loaded.get_input_embeddings().num_embeddings
         if rows < vocab_size:
             raise PipelineError(f"model.name_or_path {model['name_or_path']}: its embeddings have {rows} rows, but "

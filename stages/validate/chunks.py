@@ -73,7 +73,7 @@ def _language_detector(params: Params) -> LanguageDetector:
     """py3langid restricted to clean.language_id_candidates and every language of data.directions: the same
     candidates for every direction, so a side in another listed language is detected as that language."""
     try:
-        return LanguageDetector([*params.clean.language_id_candidates, *params.data.pairs.languages])
+        return LanguageDetector([*params.clean.language_id_candidates, *params.data.directions.languages])
     except ValueError as err:
         raise ValidationFailed(f"language check: {err}") from None
 

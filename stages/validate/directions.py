@@ -28,12 +28,12 @@ EVERY_DIRECTION_SPLITS = ("train", "valid")
 
 def listed_directions(params: Params) -> list[Direction]:
     """data.directions, in params order."""
-    return list(params.data.pairs.directions)
+    return list(params.data.directions.directions)
 
 
 def is_listed(params: Params, direction: Direction) -> bool:
     """Whether data.directions lists `direction` (rows of any other direction are a mistake upstream)."""
-    return direction in params.data.pairs.directions
+    return direction in params.data.directions.directions
 
 
 def _languages(batch: pa.RecordBatch, column: str) -> pa.Array:

@@ -35,14 +35,14 @@ def direction_expectation(params: Params) -> Any:
     gx = quiet_gx()
 
     return gx.expectations.ExpectColumnValuesToBeInSet(
-        column="direction", value_set=list(params.data.directions), meta=CRITICAL
+        column="direction", value_set=params.data.directions.names, meta=CRITICAL
     )
 
 
 def unlisted_note(params: Params, direction: Direction) -> str:
     return (
-        f"data.directions ({', '.join(params.data.directions)}) does not list {direction}: its rows are checked only "
-        "for their direction, which fails."
+        f"data.directions ({', '.join(params.data.directions.names)}) does not list {direction}: its rows are checked "
+        "only for their direction, which fails."
     )
 
 

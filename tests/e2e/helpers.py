@@ -1,7 +1,9 @@
-"""A temporary git + DVC copy of the project, to run the real DAG without touching the working tree."""
+"""A temporary git + DVC copy of the project, to run the real DAG without touching the working tree, and the
+gzipped text files its `data.source: files` reads."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
@@ -77,3 +79,11 @@ def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 def stages_run(result: subprocess.CompletedProcess) -> list[str]:
     """Stages `dvc repro` / `dvc exp run` actually executed, in order."""
     return re.findall(r"Running stage '([\w-]+)'", result.stdout + result.stderr)
+
+
+def write_gz(path: Path, lines: list[str]) -> str:
+    """`lines` as a gzipped text file, one a line, as `data.files` names them; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return str(path)

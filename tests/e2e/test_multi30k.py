@@ -6,25 +6,17 @@ the same model untrained by 5 BLEU, so this is the end-to-end check that learnin
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import multi30k_lines
-from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run
+from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run, write_gz
 
 pytestmark = pytest.mark.e2e
 TRAIN_PAIRS = 12_000
 TEST_PAIRS = 500
-
-
-def write_gz(path: Path, lines: list[str]) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    return str(path)
 
 
 @pytest.fixture(scope="module")

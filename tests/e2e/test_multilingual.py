@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.runtime.model_languages import ModelLanguages
 from tests.conftest import multi30k_lines
-from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run
-from tests.e2e.test_multi30k import write_gz
+from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run, write_gz
 
 pytestmark = pytest.mark.e2e
 SPLITS = {"train": ("train", 4000), "valid": ("val", 200), "test_2016_flickr": ("test_2016_flickr", 200)}
@@ -69,7 +69,8 @@ def test_every_row_keeps_its_direction_and_none_is_lost(project):
 
 def test_each_source_starts_with_its_target_tag(project):
     meta = read(project, "data/tokenized/meta.json")
-    assert meta["directions"] == DIRECTIONS and meta["target_tags"] is True
+    languages = ModelLanguages.read(project / "data/tokenized/hf_tokenizer")
+    assert languages.directions.names == DIRECTIONS and languages.target_tags is True
     vocab = read(project, "models/final/vocab.json")
     tags = np.array([vocab[">>de<<"], vocab[">>fr<<"]])
     offsets = np.load(project / "data/tokenized/valid.src.idx.npy")

@@ -1,4 +1,4 @@
-"""A checkpoint laid out as the hub's OPUS-MT repositories are (tests/unit/tiny_checkpoints.py "opus-mt": separate
+"""A checkpoint laid out as the hub's OPUS-MT repositories are (tests/support/tiny_checkpoints.py "opus-mt": separate
 source.spm and target.spm over one vocab.json, <pad> last with a zero embedding row, no tokenizer class, the hub's
 generation_config.json), fine-tuned through the tokenize and train stages (`model.init: pretrained`), then exported
 to CTranslate2 in float32 and in int8: the export stage's own report holds CTranslate2's greedy outputs identical
@@ -25,8 +25,8 @@ import pytest
 from pipeline.artifacts import Paths, read_json
 from pipeline.params import parse
 from tests.conftest import write_pair_parquet
-from tests.unit.export_helpers import one_torch_thread
-from tests.unit.tiny_checkpoints import build_tiny
+from tests.support.export_helpers import one_torch_thread
+from tests.support.tiny_checkpoints import build_tiny
 
 pytestmark = [
     pytest.mark.e2e,

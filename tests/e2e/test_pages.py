@@ -41,7 +41,7 @@ def assert_reads_offline(page: Path, shot: Path, ready: str | None = None) -> No
 @pytest.fixture(scope="module")
 def data_docs(tmp_path_factory) -> Path:
     from stages import validate
-    from tests.unit.test_validate import GOOD_TRAIN, corpus
+    from tests.support.validate_corpus import GOOD_TRAIN, corpus
 
     paths = corpus(tmp_path_factory.mktemp("validate"), GOOD_TRAIN)
     validate.run(parse({"validate": {"min_rows": 1}}), paths)  # five pairs pass: the suite's pages show successes
@@ -56,7 +56,7 @@ def test_data_docs_pages_render_fully_offline(data_docs, which, tmp_path):
 
 
 def test_the_training_curves_page_draws_its_plots_offline(tmp_path, monkeypatch):
-    from tests.unit.test_cli_summary import dvclive_project
+    from tests.support.run_files import dvclive_project
 
     monkeypatch.chdir(dvclive_project(tmp_path))
     assert main(["plots"]) == 0
@@ -65,7 +65,7 @@ def test_the_training_curves_page_draws_its_plots_offline(tmp_path, monkeypatch)
 
 def test_the_evaluation_report_renders_offline(tiny_model_dir, tmp_path):
     from stages import evaluate
-    from tests.unit.export_helpers import one_torch_thread
+    from tests.support.export_helpers import one_torch_thread
 
     paths = Paths(tmp_path)
     shutil.copytree(tiny_model_dir, paths.final_model)

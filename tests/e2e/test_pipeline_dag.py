@@ -109,7 +109,7 @@ def test_a_misspelt_param_stops_repro_before_any_stage_works_and_keeps_the_outpu
 
 def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
     # pipeline/runtime/decoding.py is not evaluate's own module: only its deps say that evaluate runs it.
-    helper = project / "pipeline" / "decoding.py"
+    helper = project / "pipeline" / "runtime" / "decoding.py"
     original = helper.read_text()
     helper.write_text(original + "# an edit\n")
     try:

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.runtime.serve.child import ServiceProcess
 from pipeline.tools.cli import main
 from tests.conftest import multi30k_lines
+from tests.service_process import ServiceProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from pipeline.runtime.decoding import one_line
-from pipeline.runtime.serve.child import ServiceProcess
 from tests.conftest import multi30k_lines
+from tests.service_process import ServiceProcess
 
 pytestmark = pytest.mark.e2e
 

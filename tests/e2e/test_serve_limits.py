@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.runtime.serve.child import ServiceProcess
+from tests.service_process import ServiceProcess
 
 pytestmark = pytest.mark.e2e
 

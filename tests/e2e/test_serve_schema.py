@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from schemathesis import GenerationMode, checks  # noqa: E402
 
-from pipeline.runtime.serve.child import ServiceProcess  # noqa: E402
 from tests.page_check import check_page, find_chromium  # noqa: E402
+from tests.service_process import ServiceProcess  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -19,6 +19,9 @@ from pipeline.params import parse
 from pipeline.runtime.errors import InputFileError, PipelineError
 from pipeline.text_checks import HashSet64
 from stages import clean
+from stages.clean.filters import REASONS
+from stages.clean.moses import MOSES_TRIGGER, MosesPunct
+from stages.clean.normalization import normalize
 from tests.conftest import write_pair_parquet
 
 GOOD_TRAIN = [
@@ -175,7 +178,7 @@ def test_script_check_uses_the_script_of_each_side(tmp_path):
 
 
 def test_every_reject_reason_the_stage_knows_is_covered_here():
-    assert set(REJECTS) == set(clean.REASONS)
+    assert set(REJECTS) == set(REASONS)
 
 
 def test_the_first_matching_filter_names_the_reason(tmp_path):
@@ -333,24 +336,24 @@ HTML_TO_CLEAN = [
 
 @pytest.mark.parametrize(("messy", "expected"), HTML_TO_CLEAN)
 def test_html_entities_are_unescaped_and_tags_removed(messy, expected):
-    assert clean.normalize(pa.array([messy]), cfg=parse({}).clean).to_pylist() == [expected]
+    assert normalize(pa.array([messy]), cfg=parse({}).clean).to_pylist() == [expected]
 
 
 def test_strip_html_false_keeps_markup():
     cfg = parse({"clean": {"strip_html": False}}).clean
-    assert clean.normalize(pa.array(["<b>bold</b> &amp;"]), cfg=cfg).to_pylist() == ["<b>bold</b> &amp;"]
+    assert normalize(pa.array(["<b>bold</b> &amp;"]), cfg=cfg).to_pylist() == ["<b>bold</b> &amp;"]
 
 
 def test_moses_punctuation_is_normalised_per_language():
     cfg = parse({}).clean
-    de = clean.normalize(pa.array(["„Hallo“, sagte er… – und 1\u00a0000 Leute"]), lang="de", cfg=cfg).to_pylist()
-    en = clean.normalize(pa.array(["He said “hello” – twice…"]), lang="en", cfg=cfg).to_pylist()
+    de = normalize(pa.array(["„Hallo“, sagte er… – und 1\u00a0000 Leute"]), lang="de", cfg=cfg).to_pylist()
+    en = normalize(pa.array(["He said “hello” – twice…"]), lang="en", cfg=cfg).to_pylist()
     assert de == ['"Hallo", sagte er... - und 1,000 Leute']
     assert en == ['He said "hello" - twice...']
 
 
 def _fuzz(seed: int, n: int) -> list[str]:
-    alphabet = [*"aBz 19 .,!?-[]#*+/=~|_@", *clean.MOSES_TRIGGER.strip("[]"), "  ", "nº", "ºC", "cm", "\u0663", "é"]
+    alphabet = [*"aBz 19 .,!?-[]#*+/=~|_@", *MOSES_TRIGGER.strip("[]"), "  ", "nº", "ºC", "cm", "\u0663", "é"]
     rng = random.Random(seed)
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(n)]
 
@@ -363,7 +366,7 @@ def test_moses_step_gives_what_sacremoses_gives_string_by_string(lang):
 
     texts = _fuzz(seed=len(lang), n=3000)
     reference = MosesPunctNormalizer(lang=lang)
-    moses = clean.MosesPunct(lang)
+    moses = MosesPunct(lang)
     assert moses.vectorised
     expected = [" ".join(reference.normalize(t).split(" ")) for t in texts]
     got = [" ".join(t.split(" ")) for t in moses(pa.array(texts)).to_pylist()]
@@ -372,7 +375,7 @@ def test_moses_step_gives_what_sacremoses_gives_string_by_string(lang):
 
 
 def test_moses_falls_back_to_string_by_string_when_a_rule_does_not_translate():
-    moses = clean.MosesPunct("en")
+    moses = MosesPunct("en")
     assert moses.check()
     moses.rules.append(("(?<=a)b", "c"))  # a look-behind, as a future sacremoses rule might have: not RE2
     moses.vectorised = moses.check()

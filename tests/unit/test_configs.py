@@ -38,7 +38,7 @@ def test_the_gpu_configs_are_complete_wmt14_en_de_runs_in_bf16_without_a_time_ca
     sections = {field.alias or name for name, field in Params.model_fields.items()}
     assert set(raw(path)) == sections
     params = load(path)
-    assert (params.data.source, params.data.directions) == ("wmt14", ["en-de"])
+    assert (params.data.source, params.data.directions.names) == ("wmt14", ["en-de"])
     assert params.data.max_train_pairs is None
     assert (params.tokenize.vocab_size, params.tokenize.joint, params.model.tie_embeddings) == (32000, True, True)
     assert params.train.precision == "bf16" and params.train.max_minutes is None

@@ -21,11 +21,12 @@ PROJECT_PACKAGES = ("pipeline", "stages")
 #   params.py:    param values are tracked through each stage's `params:`; the schema itself (a new key, a new
 #                 check) is the check_params stage's dep, which fails the DAG on a params file it rejects.
 #   artifacts.py: where artifacts live; dvc.yaml names the same paths, and test_dag.py keeps the two in sync.
-#   errors.py:    exception classes and their messages.
+#   errors.py, runtime/errors.py: exception classes and their messages.
 #   stage.py:     the shared `__main__` (load params, run, log one summary line).
-#   __init__.py of the two top packages: a docstring and nothing else (a test below keeps them so).
-PLUMBING = {"pipeline/params.py", "pipeline/artifacts.py", "pipeline/errors.py", "pipeline/stage.py",
-            "pipeline/__init__.py", "stages/__init__.py"}
+#   __init__.py of the package markers: a docstring and nothing else (a test below keeps them so).
+MARKERS = ("pipeline/__init__.py", "stages/__init__.py", "pipeline/runtime/__init__.py")
+PLUMBING = {"pipeline/params.py", "pipeline/artifacts.py", "pipeline/errors.py", "pipeline/runtime/errors.py",
+            "pipeline/stage.py", *MARKERS}
 
 
 def module_file(name: str) -> Path | None:
@@ -95,7 +96,7 @@ def test_the_import_walk_finds_lazy_and_relative_imports(tmp_path):
 
 
 def test_the_package_markers_left_out_of_the_deps_hold_no_code():
-    for marker in ("pipeline/__init__.py", "stages/__init__.py"):
+    for marker in MARKERS:
         body = ast.parse((REPO / marker).read_text()).body
         assert all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body), marker
 

@@ -19,7 +19,7 @@ from pipeline.params import HUB_PRESETS, parse
 from pipeline.runtime.errors import InputFileError, PipelineError
 from stages import download
 from tests.conftest import MULTI30K
-from tests.unit.hub_layouts import redirect_hub, write_translation_repo
+from tests.support.hub_layouts import redirect_hub, write_translation_repo
 
 TRAIN = [
     ("A dog runs in the park.", "Ein Hund rennt im Park."),

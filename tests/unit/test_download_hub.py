@@ -1,5 +1,5 @@
 """download stage, data.source: hub: a Hugging Face dataset that holds translations, read through `datasets` from
-local directories in the hub's layouts (tests/unit/hub_layouts.py), every direction from its configuration."""
+local directories in the hub's layouts (tests/support/hub_layouts.py), every direction from its configuration."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pipeline.errors import HubUnreachable
 from pipeline.params import ParamsError, parse
 from pipeline.runtime.errors import InputFileError, PipelineError
 from stages import download
-from tests.unit.hub_layouts import (
+from tests.support.hub_layouts import (
     write_cardless_parquet,
     write_jsonl_repo,
     write_translation_repo,

@@ -1,9 +1,9 @@
-"""pipeline/runtime/export_format.py: the manifest `export.json` round-trips (with the model's family and directions),
-and a missing, mistyped or old one is refused with an error naming the file and the field."""
+"""pipeline/runtime/export_format.py: the manifest `export.json` round-trips, and a missing, mistyped or old one is
+refused with an error naming the file and the field. (The model's languages are its languages.json's:
+test_model_languages.py.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -36,9 +36,6 @@ def manifest() -> ExportManifest:
         special_ids=SpecialIds(start=999, eos=0, pad=999),
         dims=ModelDims(d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, max_positions=128),
         generation=Generation(beam=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10),
-        family="marian",
-        directions=("en-de",),
-        target_tags=False,
         parity={"n_sentences": 32},
     )
 
@@ -54,9 +51,8 @@ def test_a_written_manifest_reads_back_equal_with_one_generation_block(tmp_path)
     manifest().write(tmp_path)
     assert ExportManifest.read(tmp_path) == manifest()
     data = json.loads((tmp_path / MANIFEST).read_text())
-    assert data["version"] == MANIFEST_VERSION == 6
-    assert data["family"] == "marian"
-    assert (data["directions"], data["target_tags"]) == (["en-de"], False)
+    assert data["version"] == MANIFEST_VERSION == 7
+    assert not {"family", "directions", "target_tags"} & set(data)  # languages.json's, not a copy here
     assert data["generation"] == {"beam": 4, "length_penalty": 1.0, "max_len_a": 1.2, "max_len_b": 10}
     assert "max_len" not in data
     assert (data["pad_id"], data["eos_id"], data["decoder_start_id"]) == (999, 0, 999)
@@ -65,48 +61,14 @@ def test_a_written_manifest_reads_back_equal_with_one_generation_block(tmp_path)
     assert data["outputs"]["onnx"] == {"encoder": encoder_outputs(2), "decoder": decoder_outputs(2)}
 
 
-def test_a_two_target_manifest_reads_back_its_directions_and_tags(tmp_path):
-    two = dataclasses.replace(manifest(), directions=("en-de", "en-fr"), target_tags=True)
-    two.write(tmp_path)
-    read = ExportManifest.read(tmp_path)
-    assert read == two
-    assert read.pairs.targets == ["de", "fr"] and read.pairs.tags == [">>de<<", ">>fr<<"]
-
-
-@pytest.mark.parametrize(("directions", "expected"), [
-    (["en_de"], "field 'directions' is ['en_de']: 'en_de' is not a direction"),
-    ([], "field 'directions' is [], not a list of distinct directions"),
-    (["en-de", "en-de"], "field 'directions' is ['en-de', 'en-de'], not a list of distinct directions"),
-])
-def test_directions_that_are_no_directions_are_refused(tmp_path, directions, expected):
-    write_edited(tmp_path, lambda data: data.update(directions=directions))
-    with pytest.raises(ExportDirError, match=re.escape(f"{tmp_path / MANIFEST}: {expected}")):
-        ExportManifest.read(tmp_path)
-
-
-def test_target_tags_are_refused_for_a_family_other_than_marian(tmp_path):
-    write_edited(tmp_path, lambda data: data.update(family="mbart50", directions=["en-de", "en-fr"],
-                                                    target_tags=True))
-    expected = f"{tmp_path / MANIFEST}: field 'target_tags' is true for a mbart50 model"
-    with pytest.raises(ExportDirError, match=re.escape(expected)):
-        ExportManifest.read(tmp_path)
-
-
-def test_an_unknown_family_is_refused_naming_the_families(tmp_path):
-    write_edited(tmp_path, lambda data: data.update(family="t5"))
-    expected = f"{tmp_path / MANIFEST}: field 'family' is 't5', not one of marian, mbart, mbart50, m2m100, nllb"
-    with pytest.raises(ExportDirError, match=re.escape(expected)):
-        ExportManifest.read(tmp_path)
-
-
 def test_the_onnx_graphs_are_looked_up_by_precision():
     assert manifest().onnx_graphs() == {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
     assert manifest().onnx_graphs(int8=True) is None
 
 
 def test_an_older_version_is_refused_with_export_it_again(tmp_path):
-    write_edited(tmp_path, lambda data: data.update(version=5))
-    with pytest.raises(ExportDirError, match=r"export\.json is export format version 5, this code reads version 6: "
+    write_edited(tmp_path, lambda data: data.update(version=6))
+    with pytest.raises(ExportDirError, match=r"export\.json is export format version 6, this code reads version 7: "
                                              r"export it again \(`dvc repro export`\)"):
         ExportManifest.read(tmp_path)
 
@@ -124,9 +86,6 @@ def test_a_missing_field_is_named_with_the_file(tmp_path):
     ("kv_cache", 1, "true or false"),
     ("dims.max_positions", 12.5, "an integer"),
     ("files", [], "an object"),
-    ("directions", "en-de", "a list"),
-    ("target_tags", "no", "true or false"),
-    ("family", 3, "a string"),
 ])
 def test_a_field_of_the_wrong_type_is_named_with_its_value(tmp_path, field, value, expected):
     def edit(data):

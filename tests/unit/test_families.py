@@ -1,5 +1,5 @@
 """Checkpoint families and language codes (pipeline/runtime/families.py), the recorded layouts
-(pipeline/runtime/model_languages.py) and the params check of a local checkpoint (stages/check_params.py)."""
+(pipeline/runtime/model_languages.py) and the params check of a local checkpoint (stages/check_params)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from pipeline.runtime.families import (
     languages_named,
 )
 from pipeline.runtime.languages import Directions
-from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages, split_framing
 from stages.check_params import check_checkpoint
 
 FAMILY = {f.name: f for f in FAMILIES}
@@ -115,32 +114,6 @@ def test_params_check_refuses_a_missing_directory_but_lets_hub_names_through(tmp
     with pytest.raises(PipelineError, match="model.name_or_path .*no such directory"):
         check_checkpoint(str(tmp_path / "models" / "final"), EN_DE, {})
     check_checkpoint("facebook/mbart-large-50", EN_DE, {})  # tokenize loads it (or says the hub is unreachable)
-
-
-def test_split_framing_finds_the_special_ids_around_the_pieces():
-    assert split_framing([250004, 7, 8, 9, 2], [7, 8, 9]) == ((250004,), (2,))
-    assert split_framing([7, 8, 2, 250004], [7, 8]) == ((), (2, 250004))
-    with pytest.raises(ValueError):
-        split_framing([7, 2, 8], [7, 8])
-
-
-def test_languages_file_round_trips_with_layouts(tmp_path):
-    directions = Directions.of(["en-de", "en-fr"])
-    layouts = {"en-de": DirectionLayout((10,), (2,), (11,), (2,), 2),
-               "en-fr": DirectionLayout((10,), (2,), (12,), (2,), 2)}
-    written = ModelLanguages(directions, "mbart50", {"en": "en_XX", "de": "de_DE", "fr": "fr_XX"}, layouts)
-    written.write(tmp_path)
-    read = ModelLanguages.read(tmp_path)
-    assert read == written
-    assert read.layout("en-fr").decoder_prefix == (2, 12)
-    assert read.layout("en-de").source([5, 6]) == [10, 5, 6, 2]
-    assert Directions.read(tmp_path) == directions  # the directions' readers see the same file
-
-
-def test_a_languages_file_without_layouts_says_so(tmp_path):
-    Directions.of(["en-de"]).write(tmp_path)
-    with pytest.raises(ValueError, match="no layout"):
-        ModelLanguages.read(tmp_path)
 
 
 @pytest.mark.parametrize(("declared", "languages"), [

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_shipped_params_file_is_valid_and_uses_the_embedded_sample():
     params = load(REPO / "params.yaml")
     assert params.data.source == "sample"
-    assert params.data.directions == ["en-de"]
+    assert params.data.directions.names == ["en-de"]
 
 
 def test_defaults_are_valid_without_any_file_content():
@@ -86,7 +86,7 @@ def test_files_source_requires_train_valid_and_a_test_split():
 
 def test_wmt14_only_accepts_its_language_pairs():
     directions = ["de-en", "en-cs", "ru-en"]
-    assert parse({"data": {"source": "wmt14", "directions": directions}}).data.pairs.sources == ["de", "en", "ru"]
+    assert parse({"data": {"source": "wmt14", "directions": directions}}).data.directions.sources == ["de", "en", "ru"]
     with pytest.raises(ParamsError, match="WMT14 has no de-fr pair"):
         parse({"data": {"source": "wmt14", "directions": ["en-de", "de-fr"]}})
 
@@ -104,7 +104,7 @@ def test_the_old_language_keys_say_what_replaced_them():
         (["en-de", "en-fr", "en-de"], "en-de is listed twice"),
         (["en-en"], "source and target are the same language"),
         (["english-german"], "is not a direction"),
-        ([], "at least 1 item"),
+        ([], "a non-empty list"),
     ],
 )
 def test_bad_directions_are_named(directions, message):
@@ -113,7 +113,7 @@ def test_bad_directions_are_named(directions, message):
 
 
 def test_the_sample_holds_english_german_only():
-    assert parse({"data": {"directions": ["de-en"]}}).data.directions == ["de-en"]
+    assert parse({"data": {"directions": ["de-en"]}}).data.directions.names == ["de-en"]
     with pytest.raises(ParamsError, match=r"the embedded sample is English-German.*\['en-de', 'en-fr'\]"):
         parse({"data": {"directions": ["en-de", "en-fr"]}})
 
@@ -128,7 +128,7 @@ def test_several_directions_read_per_language_patterns_and_directed_files():
         valid=[{"src": "v.en", "tgt": "v.de", "direction": "en-de"}, {"tsv": "v.tsv", "columns": ["fr", "en"]}],
         test={"dir": "corpus", "prefix": "test"},
     )}).data
-    assert data.pairs.target_tags and data.pairs.tags == [">>de<<", ">>fr<<"]
+    assert data.directions.target_tags and data.directions.tags == [">>de<<", ">>fr<<"]
     assert data.files["train"][0].pattern == "corpus/train.{lang}.gz"
 
 
@@ -153,7 +153,7 @@ def test_a_language_without_a_known_script_is_refused_while_scripts_are_checked(
     raw["data"]["directions"] = ["en-de", "en-xx"]
     with pytest.raises(ParamsError, match="no script is known for 'xx'.*clean.min_script_share: 0"):
         parse(raw)
-    assert parse({**raw, "clean": {"min_script_share": 0}}).data.pairs.languages == ["en", "de", "xx"]
+    assert parse({**raw, "clean": {"min_script_share": 0}}).data.directions.languages == ["en", "de", "xx"]
 
 
 def test_macro_is_not_a_split_name():

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from pipeline.params import PRESETS, ModelParams, Params
+from pipeline.runtime.languages import Directions
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS_YAML = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
@@ -45,7 +46,9 @@ def file_value(dotted: str, params: dict[str, Any] | None = None) -> Any:
 
 
 def as_plain(value: Any) -> Any:
-    """A schema default as YAML would spell it (tuples are lists, dicts stay dicts)."""
+    """A schema default as YAML would spell it (tuples are lists, dicts stay dicts, directions their names)."""
+    if isinstance(value, Directions):
+        return value.names
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -13,9 +13,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from pipeline.runtime.languages import Direction, Directions
 from pipeline.runtime.serve.app import create_app
-from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.languages import ServedLanguages
 from pipeline.runtime.serve.settings import ServeSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 class ShoutingEngine:
     """Translates a line by upper-casing it; fails on "boom"."""
 
-    languages = ModelLanguages(Directions.of(["en-de"]))
+    languages = ServedLanguages(Directions.of(["en-de"]))
     max_line_tokens = 100
     beam = 1
     model_dir = "stand-in"
@@ -115,6 +117,7 @@ def test_serving_imports_neither_torch_nor_transformers():
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e  # its fixture runs the export stage
 def test_a_two_target_export_lists_its_targets_translates_into_each_and_refuses_others(two_target_exported):
     from pipeline.runtime.serve.engine import TranslationEngine
     from pipeline.runtime.translate import Translator

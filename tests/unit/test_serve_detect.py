@@ -9,7 +9,7 @@ import pytest
 from pipeline.runtime.languages import Direction, Directions
 from pipeline.runtime.serve import detect
 from pipeline.runtime.serve.errors import BadRequest, OverLimit
-from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.languages import ServedLanguages
 from pipeline.runtime.serve.schema import DetectRequest, TranslateRequest
 from pipeline.runtime.serve.settings import ServeSettings
 from pipeline.runtime.serve.translate_request import detections, prepare
@@ -27,7 +27,7 @@ class SourceMarkingEngine:
     beam = 2
 
     def __init__(self, directions: tuple[str, ...]):
-        self.languages = ModelLanguages(Directions.of(directions))
+        self.languages = ServedLanguages(Directions.of(directions))
 
     def source_ids(self, line: str, direction: Direction) -> list[int]:
         return [-ord(direction.src[0]), *map(ord, line)]

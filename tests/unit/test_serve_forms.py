@@ -13,7 +13,7 @@ import requests
 
 from pipeline.runtime.languages import Directions
 from pipeline.runtime.serve.errors import ApiError, BadRequest, InvalidFields, OverLimit
-from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.languages import ServedLanguages
 from pipeline.runtime.serve.request_fields import UnsupportedMediaType, fields_of
 from pipeline.runtime.serve.schema import TranslateRequest
 from pipeline.runtime.serve.settings import ServeSettings
@@ -155,14 +155,14 @@ class OneLetterEngine:
     beam = 4
 
     def __init__(self, directions: tuple[str, ...]):
-        self.languages = ModelLanguages(Directions.of(directions))
+        self.languages = ServedLanguages(Directions.of(directions))
 
     def source_ids(self, line, direction):
         return [ord(c) for c in line] + [0]
 
 
 def test_languages_are_named_in_english_and_a_code_outside_the_table_by_itself():
-    listing = ModelLanguages(Directions.of(["en-de", "en-fr", "deu-eng", "xx-en"])).listing()
+    listing = ServedLanguages(Directions.of(["en-de", "en-fr", "deu-eng", "xx-en"])).listing()
     assert listing == [{"code": "en", "name": "English", "targets": ["de", "fr"]},
                        {"code": "deu", "name": "German", "targets": ["eng"]},
                        {"code": "xx", "name": "xx", "targets": ["en"]}]

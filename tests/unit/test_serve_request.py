@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.runtime.languages import Direction, Directions
 from pipeline.runtime.serve.errors import BadRequest, InvalidFields, OverLimit
-from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.languages import ServedLanguages
 from pipeline.runtime.serve.settings import ServeSettings
 from pipeline.runtime.serve.translate_request import parse_body, prepare
 
@@ -20,7 +20,7 @@ class CharacterEngine:
     max_line_tokens = 10
 
     def __init__(self, directions: tuple[str, ...] = ("en-de",)):
-        self.languages = ModelLanguages(Directions.of(directions))
+        self.languages = ServedLanguages(Directions.of(directions))
 
     def source_ids(self, line: str, direction: Direction) -> list[int]:
         tag = [-ord(direction.tgt[0])] if self.languages.directions.target_tags else []

@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from pipeline.runtime.languages import Direction, Directions
-from pipeline.runtime.serve.languages import ModelLanguages, UnsupportedLanguage
+from pipeline.runtime.serve.languages import ServedLanguages, UnsupportedLanguage
 from pipeline.runtime.serve.settings import ServeSettings, SettingsError, flag
 from pipeline.tools.cli import _add_serve_parser, main
 
@@ -59,7 +59,7 @@ def test_the_command_stops_on_a_directory_that_is_not_an_export(capsys, tmp_path
 
 
 def test_a_one_direction_model_takes_its_source_or_auto_and_lists_one_target_by_name():
-    languages = ModelLanguages(Directions.of(["en-de"]))
+    languages = ServedLanguages(Directions.of(["en-de"]))
     assert languages.listing() == [{"code": "en", "name": "English", "targets": ["de"]}]
     assert languages.direction("en", "de") == Direction("en", "de")
     assert languages.detected(["A man rides a bike."], "de")[0] == Direction("en", "de")
@@ -71,7 +71,7 @@ def test_a_one_direction_model_takes_its_source_or_auto_and_lists_one_target_by_
 
 
 def test_a_model_with_several_targets_accepts_each_and_lists_them_under_their_source():
-    languages = ModelLanguages(Directions.of(["en-de", "en-fr"]))
+    languages = ServedLanguages(Directions.of(["en-de", "en-fr"]))
     for target in ("de", "fr"):
         assert languages.direction("en", target) == Direction("en", target)
         assert languages.detected(["Two dogs play in the snow."], target)[0] == Direction("en", target)
@@ -81,7 +81,7 @@ def test_a_model_with_several_targets_accepts_each_and_lists_them_under_their_so
 
 
 def test_auto_picks_the_detected_source_where_several_sources_go_into_the_target():
-    languages = ModelLanguages(Directions.of(["en-fr", "de-fr", "en-de"]))
+    languages = ServedLanguages(Directions.of(["en-fr", "de-fr", "en-de"]))
     assert languages.listing() == [{"code": "en", "name": "English", "targets": ["fr", "de"]},
                                    {"code": "de", "name": "German", "targets": ["fr"]}]
     direction, detection = languages.detected(["Zwei Hunde spielen im Schnee und ein Mann schaut zu."], "fr")

@@ -1,4 +1,4 @@
-"""The tiny checkpoints (tests/unit/tiny_checkpoints.py) are what the families' published checkpoints are: loadable
+"""The tiny checkpoints (tests/support/tiny_checkpoints.py) are what the families' published checkpoints are: loadable
 by the Auto classes, detected as their family, every language code where the family puts it, a model that covers
 the tokenizer and trains on its ids."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pipeline.runtime.families import FAMILIES, Family, check_local_checkpoint, language_codes
-from tests.unit.tiny_checkpoints import FAMILY_NAMES, MARIAN_TAGS, build_tiny
+from tests.support.tiny_checkpoints import FAMILY_NAMES, MARIAN_TAGS, build_tiny
 
 SOURCE, TARGET = "The dog runs on the beach.", "Der Hund läuft am Strand."
 # (family, directions' languages whose codes the tokenizer must have)

@@ -17,7 +17,6 @@
     docs.py       GET /docs: the API page, from the Swagger UI files vendored in assets/web/ (works offline)
     server.py     uvicorn around the application: binding, graceful shutdown
     http_protocol.py  uvicorn's h11 protocol with read timeouts, a connection cap and JSON for its own errors
-    child.py      `mtpipe serve` as a child process, ready to call (tests, bench/serve.py)
 
 Needs the `serve` extra (FastAPI, uvicorn, prometheus_client); nothing here imports torch or transformers.
 """

@@ -27,7 +27,7 @@ from pipeline.runtime.decoding import one_line
 from pipeline.runtime.export_format import ExportDirError
 from pipeline.runtime.languages import Direction
 from pipeline.runtime.serve import detect
-from pipeline.runtime.serve.languages import ModelLanguages
+from pipeline.runtime.serve.languages import ServedLanguages
 from pipeline.runtime.serve.settings import ServeSettings, SettingsError, flag
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def alternatives_of(translation: str) -> list[str]:
 
 
 class TranslationEngine:
-    def __init__(self, translator: Translator, languages: ModelLanguages, beam: int, max_line_tokens: int):
+    def __init__(self, translator: Translator, languages: ServedLanguages, beam: int, max_line_tokens: int):
         self.translator = translator
         self.languages = languages
         self.beam = beam
@@ -67,7 +67,7 @@ class TranslationEngine:
         from pipeline.runtime.translate import Translator
 
         translator = Translator(settings.model_dir, int8=settings.int8, threads=1)
-        languages = ModelLanguages(translator.directions)
+        languages = ServedLanguages(translator.directions)
         positions = translator.max_input_tokens
         if settings.max_line_tokens is not None and settings.max_line_tokens > positions:
             raise SettingsError(

@@ -1,11 +1,11 @@
 """The languages an export translates between: what `GET /languages` lists and what `source`/`target` are checked on.
 
-They are the model's directions, from the export's `languages.json` (pipeline/runtime/languages.py: written by the
-tokenize stage, copied with the tokenizer into models/final and models/export; the Translator reads it and checks it
-against the manifest). `/languages` lists each source language with its English name and the targets it goes to
-(LibreTranslate's shape). A request names a direction by its `source` and `target`; `source` may be "auto"
-(LibreTranslate's "whatever the text is in"): the text's language is detected among the sources that go into the
-target (pipeline/runtime/serve/detect.py), and the most likely one is the direction's source.
+They are the model's directions, from the export's `languages.json` (pipeline/runtime/model_languages.py: written
+by the tokenize stage, copied with the tokenizer into models/final and models/export), as the Translator read it.
+`/languages` lists each source language with its English name and the targets it goes to (LibreTranslate's shape).
+A request names a direction by its `source` and `target`; `source` may be "auto" (LibreTranslate's "whatever the
+text is in"): the text's language is detected among the sources that go into the target
+(pipeline/runtime/serve/detect.py), and the most likely one is the direction's source.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class UnsupportedLanguage(ValueError):
 
 
 @dataclass(frozen=True)
-class ModelLanguages:
+class ServedLanguages:
     directions: Directions
 
     def direction(self, source: str, target: str) -> Direction:

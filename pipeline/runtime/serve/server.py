@@ -44,7 +44,7 @@ def serve(settings: ServeSettings) -> None:
     config = uvicorn_config(create_app(engine, settings), settings)
     listener = bind(settings.host, settings.port)  # here rather than in uvicorn: port 0 is logged as the one it got
     host, port = listener.getsockname()[:2]
-    # pipeline/runtime/serve/child.py finds the URL in this line.
+    # tests/service_process.py (the launcher the e2e tests and bench/serve.py use) finds the URL in this line.
     log.info("serving %s (%s, beam %d, %d workers) on http://%s:%d", engine.model_dir,
              "int8" if settings.int8 else "fp32", engine.beam, settings.workers, host, port)
     uvicorn.Server(config).run(sockets=[listener])

@@ -1,0 +1,4 @@
+from pipeline.stage import main
+from stages.check_params import run
+
+main(run, "check_params")

@@ -1,0 +1,4 @@
+from pipeline.stage import main
+from stages.clean import run
+
+main(run, "clean")
