@@ -192,22 +192,10 @@ def _retire_done(state: _SearchState, finished: list[Finished], best: list[list[
     )
 
 
-def beam_search(
-    model: Any,
-    input_ids: np.ndarray,
-    attention_mask: np.ndarray,
-    *,
-    beam: int,
-    max_new_tokens: Sequence[int] | np.ndarray,
-    ids: SpecialIds,
-    length_penalty: float = 1.0,
-    decoder_prefix: Sequence[int] | None = None,
-) -> list[list[int]]:
-    """Each sentence's best hypothesis (the ids after the prefix, up to and including </s>), batch x beam rows
-    decoded together: the first of `beam_search_nbest`'s."""
-    return [hypotheses[0] for hypotheses in beam_search_nbest(
-        model, input_ids, attention_mask, beam=beam, max_new_tokens=max_new_tokens, ids=ids,
-        length_penalty=length_penalty, decoder_prefix=decoder_prefix)]
+def beam_search(model: Any, input_ids: np.ndarray, attention_mask: np.ndarray, **search: Any) -> list[list[int]]:
+    """Each sentence's best hypothesis (the ids after the prefix, up to and including </s>): the first of
+    `beam_search_nbest`'s, which takes the same arguments."""
+    return [hypotheses[0] for hypotheses in beam_search_nbest(model, input_ids, attention_mask, **search)]
 
 
 def beam_search_nbest(
