@@ -87,3 +87,14 @@ def write_gz(path: Path, lines: list[str]) -> str:
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return str(path)
+
+
+def multi30k_per_language(corpus: Path, splits: dict[str, tuple[str, int]], langs: tuple[str, ...]) -> dict:
+    """The first n lines of each Multi30k file as `<split>.<lang>.gz` ({split: (Multi30k file, n)}), and the
+    `data.files` entries that read them: one pattern per split, `{lang}` in it."""
+    from tests.conftest import multi30k_lines
+
+    for split, (name, n) in splits.items():
+        for lang in langs:
+            write_gz(corpus / f"{split}.{lang}.gz", multi30k_lines(name, lang, n))
+    return {split: {"pattern": str(corpus / f"{split}.{{lang}}.gz")} for split in splits}

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import multi30k_lines
-from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run, write_gz
+from tests.e2e.helpers import dvc, git, multi30k_per_language, project_copy, set_params, stages_run
 from tests.support.fine_tuned import redrawn
 from tests.support.tiny_checkpoints import build_tiny
 
@@ -54,9 +53,7 @@ def checkpoint(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, checkpoint) -> Path:
     corpus = tmp_path_factory.mktemp("multi30k")
-    for split, (name, n) in SPLITS.items():
-        for lang in ("en", "de", "fr"):
-            write_gz(corpus / f"{split}.{lang}.gz", multi30k_lines(name, lang, n))
+    files = multi30k_per_language(corpus, SPLITS, ("en", "de", "fr"))
     root = project_copy(tmp_path_factory.mktemp("project"))
     set_params(
         root,
@@ -64,7 +61,7 @@ def project(tmp_path_factory, checkpoint) -> Path:
             "data": {
                 "source": "files",
                 "directions": DIRECTIONS,
-                "files": {split: {"pattern": str(corpus / f"{split}.{{lang}}.gz")} for split in SPLITS},
+                "files": files,
                 "max_train_pairs": TRAIN_PAIRS,
             },
             "validate": {"language_sample": 200},

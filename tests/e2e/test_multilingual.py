@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.runtime.model_languages import ModelLanguages
 from tests.conftest import multi30k_lines
-from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run, write_gz
+from tests.e2e.helpers import dvc, git, multi30k_per_language, project_copy, set_params, stages_run
 
 pytestmark = pytest.mark.e2e
 SPLITS = {"train": ("train", 4000), "valid": ("val", 200), "test_2016_flickr": ("test_2016_flickr", 200)}
@@ -27,9 +27,7 @@ ALL_STAGES = ["check_params", "download", "clean", "validate", "tokenize", "trai
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     corpus = tmp_path_factory.mktemp("multi30k")
-    for split, (name, n) in SPLITS.items():
-        for lang in ("en", "de", "fr"):
-            write_gz(corpus / f"{split}.{lang}.gz", multi30k_lines(name, lang, n))
+    files = multi30k_per_language(corpus, SPLITS, ("en", "de", "fr"))
     root = project_copy(tmp_path_factory.mktemp("project"))
     set_params(
         root,
@@ -37,7 +35,7 @@ def project(tmp_path_factory) -> Path:
             "data": {
                 "source": "files",
                 "directions": ["en-de"],
-                "files": {split: {"pattern": str(corpus / f"{split}.{{lang}}.gz")} for split in SPLITS},
+                "files": files,
             },
             "tokenize": {"vocab_size": 2000},
             "model": {"preset": "tiny", "dropout": 0.1},
