@@ -431,6 +431,9 @@ class TrainParams(_Section):
     max_minutes: float | None = Field(None, gt=0)
     lr: float = Field(3e-3, gt=0, le=1.0)
     warmup_steps: int = Field(200, ge=0)
+    # inverse_sqrt: warmup, then 1/sqrt(step), open-ended; linear | cosine: warmup, then down to 0 at max_steps
+    # (the better model for a step-bound run; stages/train/schedule.py).
+    lr_schedule: Literal["inverse_sqrt", "linear", "cosine"] = "inverse_sqrt"
     weight_decay: float = Field(0.0, ge=0)
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(1.0, ge=0)
@@ -440,7 +443,8 @@ class TrainParams(_Section):
     update_freq: int = Field(1, ge=1)
     # Longest sequence (tokens, incl. </s>) fed to the model; longer pairs are truncated and counted.
     max_len: int = Field(256, ge=8)
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    # auto: bf16 autocast where the device computes bf16 natively (stages/train/precision.py), else fp32.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # Updates with a non-finite gradient are skipped and counted; this many in a row stop training with an error.
     max_bad_steps: int = Field(16, ge=1)
     nproc: int | Literal["auto"] = Field(1)
@@ -478,6 +482,17 @@ class TrainParams(_Section):
         if isinstance(v, int) and v < 1:
             raise ValueError("must be at least 1 or 'auto'")
         return v
+
+    @model_validator(mode="after")
+    def _decay_ends_at_max_steps(self) -> TrainParams:
+        if self.lr_schedule != "inverse_sqrt":
+            for limit in ("max_minutes", "max_epochs"):
+                if getattr(self, limit) is not None:
+                    raise ValueError(
+                        f"train.lr_schedule {self.lr_schedule} decays to 0 at train.max_steps, but train.{limit} "
+                        f"may stop the run before that, with the learning rate still high: set train.{limit} to "
+                        "null, or use lr_schedule inverse_sqrt")
+        return self
 
 
 class EvaluateParams(_Section):

@@ -116,8 +116,25 @@ def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: 
                 verbose=False,
             )
         seconds[graph] = round(time.perf_counter() - start, 2)
+        drop_stack_traces(path)
         onnx.checker.check_model(str(path))
     return seconds
+
+
+STACK_TRACE = "pkg.torch.onnx.stack_trace"
+
+
+def drop_stack_traces(path: Path) -> None:
+    """Remove the Python stack trace torch's exporter attaches to every node: it names the source files by their
+    absolute paths, so the same model exported from two directories gave two different files (and a third of the
+    metadata's bytes). The other node metadata (module scopes, the FX node) stays for debugging."""
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        kept = [prop for prop in node.metadata_props if prop.key != STACK_TRACE]
+        if len(kept) != len(node.metadata_props):
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+    onnx.save(model, str(path))
 
 
 def quantize_int8(out: Path) -> float:

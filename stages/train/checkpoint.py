@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from stages.train.schedule import DECAYING
+
 log = logging.getLogger("mtpipe.train")
 
 LAST = "last.pt"
@@ -75,6 +77,11 @@ def fingerprint(spec: dict[str, Any], world: int, tokenized: Path, directions: i
     # may resume with it switched on.
     if spec["train"].get("freeze"):
         fields["train"]["freeze"] = sorted(spec["train"]["freeze"])
+    # A decaying schedule ends at max_steps, so max_steps shapes every update's learning rate (schedule.py);
+    # recorded only then, so an inverse_sqrt run keeps its digest and can still be continued with more steps.
+    if spec["train"].get("lr_schedule", "inverse_sqrt") in DECAYING:
+        fields["train"]["lr_schedule"] = spec["train"]["lr_schedule"]
+        fields["train"]["max_steps"] = spec["train"]["max_steps"]
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return {"digest": digest, "fields": fields}
 

@@ -87,6 +87,7 @@ from stages.train.model import (
     count_parameters,
     enable_gradient_checkpointing,
     freeze,
+    training_attention,
     zero_rows,
     zero_start_rows,
 )
@@ -94,6 +95,7 @@ from stages.train.precision import resolve_precision
 from stages.train.prefetch import Prefetcher, ReadyUpdate
 from stages.train.resume import agreed_resume
 from stages.train.save import save_final
+from stages.train.schedule import lr_factor
 from stages.train.state import TrainState
 
 log = logging.getLogger("mtpipe.train")
@@ -110,14 +112,6 @@ class TrainingDiverged(PipelineError):
             f"training diverged: {in_a_row} updates in a row after update {step} had a non-finite loss or gradient "
             f"(train.max_bad_steps = {in_a_row}); lower train.lr or raise train.warmup_steps{hint}"
         )
-
-
-def inverse_sqrt(step: int, warmup: int) -> float:
-    """Linear warmup to 1, then decay with 1/sqrt(step) (Vaswani et al. 2017)."""
-    step = max(step, 1)
-    if warmup == 0:
-        return 1.0
-    return min(step / warmup, math.sqrt(warmup / step))
 
 
 def seq2seq_loss(model: Any, inputs: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
@@ -226,6 +220,7 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     if train_params.gradient_checkpointing:
         # The recomputation runs inside backward, outside the forward's dropout block: it gets the same block.
         enable_gradient_checkpointing(model, lambda: training_dropout(dist.device))
+    training_attention(model, dist.device)
     model.to(dist.device)
     # DDP wraps the model for the training forward (its hooks all-reduce gradients in backward());
     # validation, decoding and saving use the bare model.
@@ -236,8 +231,8 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     # "skip this step" flag (apply_update), which the unfused implementations do not.
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_params.lr, betas=(0.9, 0.98), eps=1e-9,
                                   weight_decay=train_params.weight_decay, fused=True)
-    warmup = train_params.warmup_steps
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, warmup))
+    shape, warmup, max_steps = train_params.lr_schedule, train_params.warmup_steps, train_params.max_steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(shape, s + 1, warmup, max_steps))
     # Marian's <pad> rows stay at zero, built or pretrained (model.zero_start_rows: Marian decodes from them,
     # CTranslate2 from a zero vector). Taken after model.to(): the rows are views of the weights on the device.
     pad_rows = zero_start_rows(model, meta["pad_id"])

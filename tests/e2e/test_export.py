@@ -79,6 +79,22 @@ def test_export_writes_onnx_int8_and_torchscript_graphs_that_pass_the_onnx_check
     assert sizes["onnx_int8"]["size_mb"]["decoder"] < sizes["onnx"]["size_mb"]["decoder"]
 
 
+def test_the_graphs_carry_no_source_paths_so_the_same_model_exports_to_the_same_bytes_anywhere(exported):
+    """torch's exporter attaches each node's Python stack trace, absolute file paths included; the stage drops it
+    (and keeps the module scopes)."""
+    import onnx
+
+    paths, _ = exported
+    for name in ONNX_GRAPHS:
+        model = onnx.load(str(paths.export / name))
+        keys = {prop.key for node in model.graph.node for prop in node.metadata_props}
+        assert onnx_graphs.STACK_TRACE not in keys, name
+        assert str(REPO) not in model.SerializeToString().decode("utf-8", "replace"), name
+    scopes = {prop.key for node in onnx.load(str(paths.export / "decoder.onnx")).graph.node
+              for prop in node.metadata_props}
+    assert "pkg.torch.onnx.name_scopes" in scopes
+
+
 def test_int8_graphs_run_every_weight_matmul_in_int8_the_output_projection_included(exported):
     import onnx
 

@@ -33,6 +33,9 @@ SMALL = {"d_model": 32, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
 # One thread: these tiny matrices gain nothing from more, and OpenMP threads sharing cores with other work wait
 # on each other.
 FAST = {"threads": 1, "valid_bleu_sentences": 16}
+# The exactness checks (resume, accumulation against DDP, averaging) compare fp32 arithmetic, on every machine;
+# the default `auto` would train in bf16 on one with native bf16 and in fp32 on one without. The bf16 tests ask.
+FP32 = {"precision": "fp32"}
 
 
 TWO = ["en-de", "en-fr"]
@@ -75,7 +78,7 @@ def run_training(tokenized: Path, tmp_path: Path, on_update=None, **sections) ->
     recorded = json.loads((tokenized / "data" / "tokenized" / "hf_tokenizer" / "languages.json").read_text())
     raw = {"model": {"preset": "tiny", **SMALL}, "train": {"max_steps": 20, "valid_every": 10, "log_every": 5,
                                                            "lr": 3e-3, "warmup_steps": 10, "max_tokens": 1024,
-                                                           **FAST}}
+                                                           **FAST, **FP32}}
     if recorded["directions"] != ["en-de"]:
         raw["data"] = TWO_DATA
     for section, values in sections.items():
@@ -356,7 +359,7 @@ def write_params(root: Path, tokenized: Path, train_settings: dict) -> Path:
         # dropout 0: the two layouts below draw different dropout masks, everything else is the same arithmetic
         "model": {"preset": "tiny", **SMALL, "dropout": 0.0},
         "train": {"max_steps": 6, "valid_every": 3, "log_every": 1, "max_tokens": 1024, "threads": 1,
-                  "valid_bleu_sentences": 0, **train_settings},
+                  "valid_bleu_sentences": 0, **FP32, **train_settings},
     }))
     return params_file
 

@@ -66,3 +66,25 @@ def test_the_big_gpu_config_updates_with_the_batch_of_fairseqs_scaling_nmt_recip
     assert params.model.preset == "big" and params.model.architecture() == PRESETS["big"]
     assert tokens_per_update(BIG_GPU) == 3584 * 128  # --max-tokens 3584 on 8 GPUs x --update-freq 16
     assert (params.train.lr, params.train.warmup_steps) == (1e-3, 4000)
+
+
+MULTI30K = REPO / "configs" / "multi30k-cpu-ref.yaml"
+MULTI30K_MULTI = REPO / "configs" / "multi30k-multi-cpu-ref.yaml"
+
+
+def test_the_multi30k_configs_are_bounded_by_one_step_budget_not_a_clock_in_auto_precision():
+    bilingual, multilingual = load(MULTI30K), load(MULTI30K_MULTI)
+    for params in (bilingual, multilingual):
+        assert params.train.max_minutes is None and params.train.max_epochs is None
+        assert params.train.precision == "auto"
+        assert params.train.max_steps % params.train.save_every == 0, "the last update is a checkpoint to average"
+        assert "val" in params.data.files, "val, what the settings were chosen on, is scored beside the test set"
+    assert multilingual.train.max_steps == bilingual.train.max_steps
+
+
+def test_the_multilingual_config_changes_only_the_data_and_what_several_directions_need():
+    bilingual, multilingual = raw(MULTI30K), raw(MULTI30K_MULTI)
+    assert multilingual["model"] == bilingual["model"]
+    per_update_logging = {"valid_bleu_sentences"}  # per direction there
+    assert {k: v for k, v in multilingual["train"].items() if k not in per_update_logging} == \
+        {k: v for k, v in bilingual["train"].items() if k not in per_update_logging}

@@ -19,7 +19,7 @@ def test_the_shipped_params_file_is_valid_and_uses_the_embedded_sample():
 
 def test_defaults_are_valid_without_any_file_content():
     params = parse({})
-    assert params.model.preset == "tiny" and params.train.precision == "fp32"
+    assert params.model.preset == "tiny" and params.train.precision == "auto"
 
 
 def test_unknown_key_is_rejected_with_its_dotted_name():
