@@ -284,7 +284,7 @@ OP_KINDS = (
     ("optimizer", ("adam", "foreach", "norm", "clip")),
     ("casts and copies", ("copy_", "_to_copy", "to", "clone", "contiguous", "cat", "stack")),
     ("embedding", ("embedding",)),
-    ("dropout and masks", ("rand", "dropout", "ge", "bernoulli", "masked", "where")),
+    ("dropout and masks", ("rand", "uniform", "dropout", "ge", "bernoulli", "masked", "where")),
     ("elementwise", ("add", "mul", "div", "sub", "gelu", "relu", "silu", "tanh", "exp", "sum", "mean", "fill_",
                      "zero_")),
 )
