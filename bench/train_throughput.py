@@ -31,6 +31,8 @@ The 6 x params x (source + target tokens) estimate is printed beside it.
 Goals (printed, not asserted), each trainer taken in the precision it is fastest in here: ours >= 1.5x the best
 hf variant's tokens/s (printed against each variant too), and ours >= 40% of the matmul peak of the precision
 it ran in fastest (its share of the bf16 peak printed in any case).
+`--attention eager|sdpa|sdpa-math` trains ours with that attention kernel instead of the one the training stage
+picks (eager on CPUs): the comparison behind that choice.
 `--profile N` instead prints torch.profiler tables of N updates of our loop in `--profile-precision` (bf16 by
 default): the ops by their own time, and the time by kind (matmuls, attention, softmax and loss, normalisation,
 elementwise, casts, optimizer). Last line: one JSON object.
@@ -49,6 +51,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -219,12 +223,39 @@ def run_ours(args: argparse.Namespace, work: Path, precision: str) -> dict[str, 
 
     loop.forward_backward = counting
     try:
-        loop.train(spec)
+        with attention_kernel(args.attention):
+            loop.train(spec)
     except StopBenchmark:
         pass
     finally:
         loop.forward_backward = forward_backward
     return clock.result()
+
+
+@contextmanager
+def attention_kernel(choice: str) -> Iterator[None]:
+    """Our loop with another attention kernel than the training stage picks (`--attention`): the comparison
+    behind stages/train/model.py's training_attention. `sdpa-math` is SDPA held to its math backend."""
+    if choice == "stage":
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from stages.train import loop
+
+    chosen = loop.training_attention
+    implementation = "eager" if choice == "eager" else "sdpa"
+
+    def fixed(model: Any, device: Any) -> str:
+        model.set_attn_implementation(implementation)
+        return implementation
+
+    loop.training_attention = fixed
+    try:
+        with sdpa_kernel([SDPBackend.MATH]) if choice == "sdpa-math" else nullcontext():
+            yield
+    finally:
+        loop.training_attention = chosen
 
 
 def run_hf(args: argparse.Namespace, work: Path, meta: dict[str, Any], batch_sentences: int,
@@ -314,7 +345,7 @@ def profile_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.symlink(work / "data" / "tokenized", root / "data" / "tokenized")
     train = train_params(args, args.profile_precision)
     train["max_steps"] = args.profile + 11
-    with prof:
+    with prof, attention_kernel(args.attention):
         loop.train({"root": str(root), "train": train, "model": model_settings(), "evaluate": decoding_settings()})
     hook.remove()
     events = prof.key_averages()
@@ -355,6 +386,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="kept when given; a temporary one otherwise")
     parser.add_argument("--only", nargs="+", choices=TRAINERS, default=list(TRAINERS))
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
+    parser.add_argument("--attention", choices=("stage", "eager", "sdpa", "sdpa-math"), default="stage",
+                        help="ours: the kernel the training stage picks (eager on CPUs), or another")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N updates of ours instead")
     parser.add_argument("--profile-precision", choices=("fp32", "bf16"), default="bf16")
     args = parser.parse_args()
@@ -427,7 +460,7 @@ def report(args: argparse.Namespace, meta: dict[str, Any], results: dict[tuple[s
         "ours_batch_tgt_tokens": round(ours_tgt_per_batch, 1), "hf_batch_sentences": batch_sentences,
         "hf_batch_tgt_tokens": round(batch_sentences * float(tgt_len.mean()), 1),
         "train_flops_per_tgt_token": round(flops_exact), "train_flops_per_tgt_token_6n_rule": round(flops_rule),
-        "seconds_per_trainer": args.seconds, "warmup_steps": args.warmup_steps,
+        "seconds_per_trainer": args.seconds, "warmup_steps": args.warmup_steps, "ours_attention": args.attention,
     }
     for p, peak in peaks.items():
         figures[f"matmul_peak_{p}_gflops"] = round(peak / 1e9, 2)
