@@ -26,13 +26,19 @@ Then the fp32 ONNX path's compute: its FLOPs (counted from the shapes of every e
 rate it ran at as a share of an fp32 matmul peak measured in the same run (bench/train_throughput.py's), and the
 rate 5x `generate` would need for the same FLOPs.
 
+With --student EXPORT (a distilled student's models/student/export), the student's ONNX graphs decode the same
+sentences in the same run (student-onnx, student-int8), and two more goals are printed: the student's int8 at
+least 3x the teacher's int8 sentences/s, and its BLEU at least the teacher's (`generate`) - 1.0.
+
 Goals, printed with PASS/MISS and asserted nowhere: the ONNX paths (fp32 and int8, each) at least 5x `generate`;
-every path's BLEU within 0.2 of `generate`. A table first, then, as the last line, one JSON object with every figure.
+every path's BLEU within 0.2 of `generate` (the student's aside). A table first, then, as the last line, one JSON
+object with every figure.
 
     .venv/bin/python bench/decode.py                          # models/final + models/export, all 1000 sentences
     .venv/bin/python bench/decode.py --limit 100              # a quick look
     .venv/bin/python bench/decode.py --model DIR --export DIR
     .venv/bin/python bench/decode.py --model DIR --export DIR --tgt fr   # one direction of a multilingual model
+    .venv/bin/python bench/decode.py --skip onnx-1x2 ctranslate2 --student models/student/export
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 TEST_SET = "test_2016_flickr"
 GOAL_ONNX_SPEEDUP = 5.0
 GOAL_BLEU_DELTA = 0.2
+GOAL_STUDENT_SPEEDUP = 3.0  # the student's int8 against the teacher's int8
+GOAL_STUDENT_BLEU_LOSS = 1.0  # the student's BLEU at least the teacher's minus this
+STUDENT_PATHS = ("student-onnx", "student-int8")
 WARMUP_SENTENCES = 8
 
 
@@ -251,19 +260,38 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
     goals = {f"{name}_at_least_5x_generate": results[name]["speedup_vs_generate"] >= GOAL_ONNX_SPEEDUP
              for name in onnx_paths}
     goals["every_bleu_within_0.2_of_generate"] = all(abs(r["bleu_delta_vs_generate"]) <= GOAL_BLEU_DELTA
-                                                     for r in results.values())
+                                                     for name, r in results.items() if name not in STUDENT_PATHS)
     print("Goals:")
     for name in onnx_paths:
         print(f"  {name} >= {GOAL_ONNX_SPEEDUP:g}x generate: {results[name]['speedup_vs_generate']:.2f}x "
               f"{'PASS' if goals[f'{name}_at_least_5x_generate'] else 'MISS'}")
-    worst = max(results.values(), key=lambda r: abs(r["bleu_delta_vs_generate"]))
+    worst = max((r for name, r in results.items() if name not in STUDENT_PATHS),
+                key=lambda r: abs(r["bleu_delta_vs_generate"]))
     print(f"  every path's BLEU within {GOAL_BLEU_DELTA} of generate: largest change "
           f"{worst['bleu_delta_vs_generate']:+.2f} {'PASS' if goals['every_bleu_within_0.2_of_generate'] else 'MISS'}")
+    if "student-int8" in results and "onnx-int8" in results:
+        goals.update(student_goals(results))
     for r in results.values():
         del r["hyps"]
     return {"test_set": TEST_SET, "direction": str(args.direction), "sentences": n, "beam": args.beam,
             "threads": args.threads, "max_tokens": args.max_tokens, "repeat": args.repeat, "paths": results,
             "notes": notes, "goals": goals, "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+
+
+def student_goals(results: dict[str, dict[str, Any]]) -> dict[str, bool]:
+    """The distilled student against its teacher, both measured above: int8 speed and BLEU."""
+    student, teacher_int8, teacher = results["student-int8"], results["onnx-int8"], results["generate"]
+    speedup = student["sentences_per_s"] / teacher_int8["sentences_per_s"]
+    loss = teacher["bleu"] - student["bleu"]
+    goals = {"student_int8_at_least_3x_teacher_int8": speedup >= GOAL_STUDENT_SPEEDUP,
+             "student_bleu_within_1_of_teacher": loss <= GOAL_STUDENT_BLEU_LOSS}
+    print(f"  student int8 >= {GOAL_STUDENT_SPEEDUP:g}x teacher int8: {student['sentences_per_s']:.1f} / "
+          f"{teacher_int8['sentences_per_s']:.1f} sent/s = {speedup:.2f}x "
+          f"{'PASS' if goals['student_int8_at_least_3x_teacher_int8'] else 'MISS'}")
+    print(f"  student int8 BLEU >= teacher (generate) - {GOAL_STUDENT_BLEU_LOSS:g}: {student['bleu']:.2f} against "
+          f"{teacher['bleu']:.2f} ({-loss:+.2f}) {'PASS' if goals['student_bleu_within_1_of_teacher'] else 'MISS'}")
+    student["speedup_vs_teacher_int8"] = round(speedup, 2)
+    return goals
 
 
 def compute_bound(flops: float, results: dict[str, dict[str, Any]], threads: int) -> dict[str, float]:
@@ -301,6 +329,8 @@ def main() -> None:
                         help="for a CTranslate2 conversion made here (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per path; the best time counts (default: 1)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["onnx-1x2", "onnx-int8", "ctranslate2"])
+    parser.add_argument("--student", type=Path, default=None,
+                        help="a distilled student's export directory, measured against this teacher")
     args = parser.parse_args()
     from pipeline.runtime.export_format import MANIFEST, ExportManifest
 
@@ -344,6 +374,11 @@ def main() -> None:
             translate, notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer, args,
                                                                Path(workdir))
             results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
+    if args.student is not None:
+        for name, int8 in zip(STUDENT_PATHS, (False, True), strict=True):
+            results[name] = measure(name, onnx_path(args.student, args, int8=int8)[0], sources, refs, tokenizer,
+                                    args.repeat)
+            notes[name] = f"{args.student}, {'int8' if int8 else 'fp32'} graphs, as onnx above (the student)"
     figures = report(results, args, len(sources), notes)
     figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)
     print(json.dumps(figures))

@@ -1,7 +1,8 @@
 """Where each artifact lives. dvc.yaml names the same paths; tests/unit/test_dag.py keeps the two in sync.
 
 Every stage gets a `Paths` rooted at the project directory (the working directory under `dvc repro`), so tests
-can run a stage against a temporary root.
+can run a stage against a temporary root. A distilled student (stages/distill) runs the same stages on paths one
+level down, `Paths(root, role="student")`: data/student/clean, models/student/final, metrics/student/train.json.
 """
 
 from __future__ import annotations
@@ -23,24 +24,39 @@ SAMPLE_DIR = Path(__file__).resolve().parent.parent / "assets" / "sample"
 TOKENIZER_DIR = "hf_tokenizer"
 
 
+STUDENT = "student"
+
+
 @dataclass(frozen=True)
 class Paths:
     root: Path = Path(".")
+    # "" for the model the run trains; "student" for the student distilled from it, whose artifacts mirror the
+    # teacher's one folder down, so every stage reads and writes its own the same way.
+    role: str = ""
+
+    def student(self) -> Paths:
+        return Paths(self.root, STUDENT)
+
+    def teacher(self) -> Paths:
+        return Paths(self.root)
+
+    def _in(self, area: str) -> Path:
+        return self.root / area / self.role if self.role else self.root / area
 
     # check_params: a fixed line, written once params.yaml passed the schema (every stage runs after it)
     @property
     def params_checked(self) -> Path:
-        return self.root / "data" / "params_checked"
+        return self.root / "data" / "params_checked"  # one check serves both roles
 
     # download
     @property
     def raw(self) -> Path:
-        return self.root / "data" / "raw"
+        return self._in("data") / "raw"
 
     # clean
     @property
     def clean(self) -> Path:
-        return self.root / "data" / "clean"
+        return self._in("data") / "clean"
 
     @property
     def rejected(self) -> Path:
@@ -49,12 +65,12 @@ class Paths:
     # validate
     @property
     def validation_report(self) -> Path:
-        return self.root / "reports" / "validation"
+        return self._in("reports") / "validation"
 
     # tokenize
     @property
     def tokenized(self) -> Path:
-        return self.root / "data" / "tokenized"
+        return self._in("data") / "tokenized"
 
     @property
     def spm_model(self) -> Path:
@@ -68,36 +84,52 @@ class Paths:
     # train
     @property
     def checkpoints(self) -> Path:
-        return self.root / "models" / "checkpoints"
+        return self._in("models") / "checkpoints"
 
     @property
     def final_model(self) -> Path:
-        return self.root / "models" / "final"
+        return self._in("models") / "final"
 
     @property
     def dvclive(self) -> Path:
-        return self.root / "dvclive"
+        return self._in("dvclive")
 
     # evaluate
     @property
     def eval_dir(self) -> Path:
-        return self.root / "reports" / "eval"
+        return self._in("reports") / "eval"
 
     # export
     @property
     def export(self) -> Path:
-        return self.root / "models" / "export"
+        return self._in("models") / "export"
 
     # card
     @property
     def release(self) -> Path:
-        return self.root / "models" / "release"
+        return self._in("models") / "release"
 
     def metrics(self, stage: str) -> Path:
-        return self.root / "metrics" / f"{stage}.json"
+        return self._in("metrics") / f"{stage}.json"
 
     def split_file(self, directory: Path, split: str) -> Path:
         return directory / f"{split}.parquet"
+
+    def outputs(self, stage: str) -> tuple[Path, ...]:
+        """What a stage writes (its dvc.yaml outs and metrics), from download on; tests/unit/test_dag.py holds
+        dvc.yaml to it, and a student stage with distillation off writes a note into each (pipeline/stage.py)."""
+        written = {
+            "distill": (self.raw, self.metrics("distill")),
+            "download": (self.raw,),
+            "clean": (self.clean, self.metrics("clean")),
+            "validate": (self.validation_report, self.metrics("validation")),
+            "tokenize": (self.tokenized, self.metrics("tokenize")),
+            "train": (self.final_model, self.checkpoints, self.metrics("train"), self.dvclive / "metrics.json"),
+            "evaluate": (self.eval_dir, self.metrics("eval")),
+            "export": (self.export, self.metrics("export")),
+            "card": (self.release,),
+        }
+        return written[stage]
 
 
 def splits_in(directory: Path) -> list[str]:

@@ -369,17 +369,31 @@ class TokenizeParams(_Section):
     temperature: float = Field(5.0, ge=1.0)
 
 
-# Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017.
+# Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017;
+# student is a distillation student (distill.model) shaped for int8 CPU decoding: the encoder, run once per
+# sentence, deeper than the one narrow decoder layer, run once per token and beam (the browsermt/Firefox students'
+# shape). Three encoder layers, not six: post-norm Marian with six did not train at the teacher's lr (bench/README.md).
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1),
     "cpu-ref": dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1),
     "base": dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1),
     "big": dict(d_model=1024, encoder_layers=6, decoder_layers=6, attention_heads=16, ffn_dim=4096, dropout=0.3),
+    "student": dict(d_model=192, encoder_layers=3, decoder_layers=1, attention_heads=4, ffn_dim=768, dropout=0.1),
 }
 
 
+def transformer_parameters(arch: dict[str, Any], vocab_size: int, tie_embeddings: bool = True) -> int:
+    """The weights of an encoder-decoder Transformer of this shape (embeddings, attention, FFN, output projection;
+    biases and norms left out, a few per mille): what "larger than the teacher" compares."""
+    d, ffn = arch["d_model"], arch["ffn_dim"]
+    encoder = arch["encoder_layers"] * (4 * d * d + 2 * d * ffn)
+    decoder = arch["decoder_layers"] * (8 * d * d + 2 * d * ffn)  # self- and cross-attention
+    embeddings = vocab_size * d * (1 if tie_embeddings else 2)
+    return encoder + decoder + embeddings
+
+
 class ModelParams(_Section):
-    preset: Literal["tiny", "cpu-ref", "base", "big"] = "tiny"
+    preset: Literal["tiny", "cpu-ref", "base", "big", "student"] = "tiny"
     init: Literal["scratch", "pretrained"] = "scratch"
     # A local directory or hub name of a transformers seq2seq model, used when init is "pretrained".
     name_or_path: str | None = None
@@ -558,6 +572,53 @@ class CardParams(_Section):
     name: str | None = Field(None, min_length=1)
 
 
+class StudentModelParams(ModelParams):
+    """distill.model: a model block whose preset, unless set, is the student's."""
+
+    preset: Literal["tiny", "cpu-ref", "base", "big", "student"] = "student"
+
+
+class DistillParams(_Section):
+    """Sequence-level distillation (Kim & Rush 2016): the teacher translates every training source with beam search,
+    and a student trains on its translations with the same stages (stages/distill, `student_*` in dvc.yaml)."""
+
+    enabled: bool = False
+    # The teacher: null is this run's export (models/export); else an export directory (a models/export of
+    # another run, e.g. a fine-tuned OPUS-MT or NLLB) that translates every direction of data.directions.
+    teacher: str | None = Field(None, min_length=1)
+    # The teacher's graphs that translate the corpus: fp32 ONNX (onnx) or its int8 copies (onnx_int8, faster).
+    runtime: Literal["onnx", "onnx_int8"] = "onnx"
+    beam: int = Field(4, ge=1, le=64)
+    # Share of training pairs whose original reference also joins the student's corpus, beside the teacher's
+    # translation of the same source (seeded); 0 is the teacher's translations only.
+    original_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = Field(1, ge=0)
+    # ONNX Runtime sessions translating at once (each on one thread); auto: every core. Outputs do not depend on it.
+    threads: int | Literal["auto"] = "auto"
+    # The student's own blocks, read by the student_* stages as tokenize, model and train are by the teacher's.
+    tokenize: TokenizeParams = Field(default_factory=TokenizeParams)
+    model: StudentModelParams = Field(default_factory=StudentModelParams)
+    train: TrainParams = Field(default_factory=TrainParams)
+
+    @field_validator("threads")
+    @classmethod
+    def _positive(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be at least 1 or 'auto'")
+        return v
+
+    def not_smaller_than(self, teacher_size: int, teacher: str) -> str | None:
+        """What is wrong when the student (a model trained from scratch) has no fewer weights than the teacher."""
+        if self.model.init != "scratch":
+            return None
+        size = transformer_parameters(self.model.architecture(), self.tokenize.vocab_size, self.model.tie_embeddings)
+        if size < teacher_size:
+            return None
+        return (f"distill.model (preset {self.model.preset}, {size / 1e6:.1f}M weights with distill.tokenize."
+                f"vocab_size {self.tokenize.vocab_size}) is not smaller than {teacher} ({teacher_size / 1e6:.1f}M): "
+                "a student is the smaller, faster model; choose a smaller distill.model.preset or fields")
+
+
 class Params(_Section):
     data: DataParams = Field(default_factory=DataParams)
     clean: CleanParams = Field(default_factory=CleanParams)
@@ -568,8 +629,25 @@ class Params(_Section):
     evaluate: EvaluateParams = Field(default_factory=EvaluateParams)
     export: ExportParams = Field(default_factory=ExportParams)
     card: CardParams = Field(default_factory=CardParams)
+    distill: DistillParams = Field(default_factory=DistillParams)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def student(self) -> Params:
+        """The params the student_* stages run with: distill.tokenize, distill.model and distill.train in place of
+        the teacher's; every other section is the run's own."""
+        distill = self.distill
+        return self.model_copy(update={"tokenize": distill.tokenize, "model": distill.model, "train": distill.train})
+
+    @model_validator(mode="after")
+    def _student_smaller_than_teacher(self) -> Params:
+        teacher = self.model
+        # A pretrained or external teacher's size is in its config.json: check_params compares it there.
+        if self.distill.enabled and self.distill.teacher is None and teacher.init == "scratch":
+            size = transformer_parameters(teacher.architecture(), self.tokenize.vocab_size, teacher.tie_embeddings)
+            if problem := self.distill.not_smaller_than(size, f"the teacher (model.preset {teacher.preset})"):
+                raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _one_vocabulary_for_several_directions(self) -> Params:

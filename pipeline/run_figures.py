@@ -30,6 +30,8 @@ class ScoredTestSet:
     signatures: dict[str, str]
     # hypothesis length / reference length, in BLEU's tokens (BLEU's brevity penalty applies below 1)
     length_ratio: float | None = None
+    # A distilled student's entries: its teacher's BLEU on the same test set and direction.
+    teacher_bleu: float | None = None
 
     @property
     def label(self) -> str:
@@ -96,7 +98,8 @@ class ExportParity:
 def _scored(test_set: str, direction: str | None, scores: Mapping[str, Any]) -> ScoredTestSet:
     return ScoredTestSet(test_set=test_set, direction=direction, bleu=scores["bleu"], chrf=scores["chrf"],
                          ter=scores.get("ter"), sentences=scores["sentences"],
-                         signatures=dict(scores.get("signature", {})), length_ratio=scores.get("length_ratio"))
+                         signatures=dict(scores.get("signature", {})), length_ratio=scores.get("length_ratio"),
+                         teacher_bleu=scores.get("teacher", {}).get("bleu"))
 
 
 def evaluation_of(content: Mapping[str, Any]) -> Evaluation:
@@ -128,7 +131,10 @@ def score_lines(paths: Paths) -> list[str]:
     for s in evaluation.scored:
         ter = f"   TER {s.ter:6.2f}" if s.ter is not None else ""
         ratio = f"   length ratio {s.length_ratio:.3f}" if s.length_ratio is not None else ""
-        lines.append(f"  {s.label:<26} BLEU {s.bleu:6.2f}   chrF {s.chrf:6.2f}{ter}{ratio}   ({s.sentences} sentences)")
+        teacher = (f"   teacher BLEU {s.teacher_bleu:6.2f} ({s.bleu - s.teacher_bleu:+.2f})"
+                   if s.teacher_bleu is not None else "")
+        lines.append(f"  {s.label:<26} BLEU {s.bleu:6.2f}   chrF {s.chrf:6.2f}{ter}{ratio}   ({s.sentences} sentences)"
+                     f"{teacher}")
     macro = evaluation.macro
     if len(evaluation.scored) > 1 and macro:
         label = f"{MACRO} (mean of {len(evaluation.scored)})"

@@ -20,12 +20,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.artifacts import Paths
+from pipeline.artifacts import Paths, read_json
 from pipeline.params import ParamsError, load
 from pipeline.run_figures import export_parity, score_lines, training_run
 from pipeline.tools.plots_page import PLOTS_DIR, write_plots_page
 
 STAGES = ("check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card")
+# The distilled student's: `distill`, then the teacher's modules from clean on, run with --student.
+STUDENT_STAGES = ("distill", *(f"student_{name}" for name in STAGES[2:]))
+
+
+def stage_command(name: str) -> list[str]:
+    """The command dvc.yaml runs for a stage: `python -m stages.<name>`, a student's with --student."""
+    if name.startswith("student_"):
+        return [sys.executable, "-m", f"stages.{name.removeprefix('student_')}", "--student"]
+    return [sys.executable, "-m", f"stages.{name}"]
 
 
 def _dvc() -> list[str]:
@@ -91,7 +100,23 @@ def summary(paths: Paths) -> str:
     lines.append("Artifacts:")
     for label, path in artifacts:
         lines.append(f"  {label:<38} {path}{'' if path.exists() else '  (missing)'}")
-    return "\n".join(lines)
+    return "\n".join(lines + student_summary(paths.student()))
+
+
+def student_summary(paths: Paths) -> list[str]:
+    """The distilled student's scores (its teacher's beside), training and export; nothing while distillation is
+    off or has not run."""
+    distill_file = paths.metrics("distill")
+    distill = read_json(distill_file) if distill_file.is_file() else {}
+    if "teacher" not in distill:
+        return []
+    lines = ["", f"Student distilled from {distill['teacher']['export']} (teacher {distill['teacher']['digest']}): "
+             f"{distill['sources']} training sources translated at {distill['sentences_per_s']} sentences/s"]
+    lines += [*score_lines(paths), *_run_lines(paths)]
+    for label, path in (("student evaluation report", paths.eval_dir / "index.html"),
+                        ("student export", paths.export), ("student release + card", paths.release)):
+        lines.append(f"  {label:<38} {path}{'' if path.exists() else '  (missing)'}")
+    return lines
 
 
 def _add_plots_parser(sub: argparse._SubParsersAction) -> None:
@@ -305,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     params_p = sub.add_parser("params", help="validate params.yaml and print the effective settings")
     params_p.add_argument("file", nargs="?", default="params.yaml")
     stage_p = sub.add_parser("stage", help="run one stage directly, outside DVC")
-    stage_p.add_argument("name", choices=STAGES)
+    stage_p.add_argument("name", choices=STAGES + STUDENT_STAGES)
     _add_flow_parser(sub)
     _add_translate_parser(sub)
     _add_serve_parser(sub)
@@ -331,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plots":
         return plots_command(args, paths)
     if args.command == "stage":
-        return subprocess.run([sys.executable, "-m", f"stages.{args.name}"]).returncode
+        return subprocess.run(stage_command(args.name)).returncode
     if args.command == "translate":
         return translate(args)
     if args.command == "serve":

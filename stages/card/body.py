@@ -317,17 +317,38 @@ def _translates(pairs: Directions) -> str:
     return "; ".join(f"{src} into {' and '.join(tgts)}" for src, tgts in targets.items())
 
 
+def student_section(card: CardInputs) -> list[str]:
+    """A distilled student's card: of which teacher, on what, and the teacher's scores beside its own."""
+    distillation = card.manifest.get("distillation")
+    if distillation is None:
+        return []
+    teacher = distillation["teacher"]
+    sources = sum(d["sources"] for d in distillation["directions"].values())
+    references = sum(d["references"] for d in distillation["directions"].values())
+    rows = [(s.test_set, direction_of(s, card.languages.directions), _number(s.bleu),
+             _number(s.teacher_bleu), f"{s.bleu - s.teacher_bleu:+.2f}")
+            for s in card.evaluation.scored if s.teacher_bleu is not None]
+    return ["## Distillation", "",
+            f"A student: trained on its teacher's translations (sequence-level knowledge distillation, Kim & Rush "
+            f"2016). The teacher, the export `{_input_name(teacher['export'])}` (graphs sha256 "
+            f"`{teacher['digest']}`, {teacher['runtime']}), translated the {sources} training sources with beam "
+            f"{teacher['beam']}; {references} original pairs (distill.original_ratio "
+            f"{distillation['original_ratio']}) joined its translations.", "",
+            *_table(("test set", "direction", "student BLEU", "teacher BLEU", "difference"), rows,
+                    right=(2, 3, 4))]
+
+
 def card_body(card: CardInputs) -> str:
     scored, macro = card.evaluation.scored, card.evaluation.macro
     headline = [f"{s.label} BLEU {s.bleu:.2f} / chrF {s.chrf:.2f}" for s in scored]
     if len(scored) > 1 and macro:
         headline.append(f"{MACRO} BLEU {macro['bleu']:.2f} / chrF {macro['chrf']:.2f}")
     warning = card.training.cut_short
-    name = model_name(card.params, card.languages.directions)
+    name = model_name(card.params, card.languages.directions, "distillation" in card.manifest)
     lines = [f"# {name}", "", *([f"> **Warning:** {warning}", ""] if warning else []),
              f"Translates {_translates(card.languages.directions)}. {', '.join(headline)}.", "",
              "Everything on this card was written by the pipeline's card stage from the run's own metrics and "
              "params (`dvc repro` rewrites it).", ""]
-    for section in (scores_section, data_section, model_section, export_section, usage_section):
+    for section in (scores_section, student_section, data_section, model_section, export_section, usage_section):
         lines += [*section(card), ""]
     return "\n".join(lines)

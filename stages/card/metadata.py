@@ -21,9 +21,11 @@ from pipeline.runtime.languages import Direction, Directions
 METRICS = (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF"), ("ter", "ter", "TER"))
 
 
-def model_name(params: Params, directions: Directions) -> str:
-    """card.name, or mtpipe-<its languages>: mtpipe-en-de, mtpipe-en-de-fr-cs."""
-    return params.card.name or f"mtpipe-{'-'.join(directions.languages)}"
+def model_name(params: Params, directions: Directions, student: bool = False) -> str:
+    """card.name, or mtpipe-<its languages>: mtpipe-en-de, mtpipe-en-de-fr-cs; a distilled student's with
+    `-student` after it."""
+    name = params.card.name or f"mtpipe-{'-'.join(directions.languages)}"
+    return f"{name}-student" if student else name
 
 
 def hub_dataset(manifest: dict[str, Any]) -> str | None:
@@ -96,7 +98,8 @@ def card_metadata(params: Params, directions: Directions, scored: list[ScoredTes
         "license": params.card.license,
         "library_name": "transformers",
         "pipeline_tag": "translation",
-        "tags": ["translation", model_type, "mtpipe", *pairs.names],
+        "tags": ["translation", model_type, "mtpipe", *pairs.names,
+                 *(["knowledge-distillation", "student"] if "distillation" in manifest else [])],
         "datasets": datasets(params, manifest),
         "metrics": [metric_id for _, metric_id, _ in METRICS],
     }
@@ -104,6 +107,6 @@ def card_metadata(params: Params, directions: Directions, scored: list[ScoredTes
     # The Hub takes a hub id there; a checkpoint from a local directory is named in the card's text only.
     if params.model.init == "pretrained" and base and not Path(base).exists():
         metadata["base_model"] = base
-    metadata["model-index"] = [{"name": model_name(params, directions),
+    metadata["model-index"] = [{"name": model_name(params, directions, "distillation" in manifest),
                                 "results": [_result(s, directions, manifest) for s in scored]}]
     return metadata

@@ -18,6 +18,11 @@ directory that is not a hub name (`org/name`) is refused naming the parameter.
 (pipeline/sacrebleu_sets.py, nothing downloaded): an unknown set, a direction a set has no references for, or a set
 whose split name the data already uses stops the DAG here, naming it and listing what exists.
 
+With `distill.enabled` and an export directory as `distill.teacher`, the teacher is checked from its files: it
+must translate every direction of data.directions (its languages.json) and be larger than the student
+(`distill.model`, against the teacher's config.json). A teacher that is this run's own model is checked by the
+schema, from params alone.
+
 What it writes does not depend on the values (one fixed line): after a valid change, the stages downstream see the
 same dependency as before, so only the stages whose own params changed rerun.
 """
@@ -29,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import Paths, atomic_path
-from pipeline.params import Params
+from pipeline.artifacts import Paths, atomic_path, read_json
+from pipeline.params import Params, transformer_parameters
 from pipeline.runtime.errors import PipelineError
 from pipeline.runtime.families import check_checkpoint_languages
 from pipeline.runtime.languages import Directions
@@ -78,10 +83,33 @@ def check_checkpoint(name_or_path: str, directions: Directions, language_codes: 
                  name_or_path)
 
 
+def check_teacher(params: Params) -> None:
+    """An export directory named as distill.teacher translates every direction and is larger than the student."""
+    teacher = Path(params.distill.teacher or "")
+    where = f"distill.teacher {teacher}"
+    for name in ("export.json", "languages.json", "config.json"):
+        if not (teacher / name).is_file():
+            raise PipelineError(f"{where}: no {name} there; name an export directory (a run's models/export)")
+    languages = read_json(teacher / "languages.json")
+    translated = languages.get("directions", [])
+    missing = [d for d in params.data.directions.names if d not in translated]
+    if missing:
+        raise PipelineError(f"{where} does not translate {', '.join(missing)} (it translates "
+                            f"{', '.join(translated) or 'nothing'}): every direction of data.directions needs it")
+    config = read_json(teacher / "config.json")
+    shape = {"d_model": config["d_model"], "ffn_dim": config["encoder_ffn_dim"],
+             "encoder_layers": config["encoder_layers"], "decoder_layers": config["decoder_layers"]}
+    teacher_size = transformer_parameters(shape, config["vocab_size"])
+    if problem := params.distill.not_smaller_than(teacher_size, where):
+        raise PipelineError(problem)
+
+
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     # `params` arrives validated: pipeline.stage.main loads it and exits 1 naming each bad key, before this runs.
     if params.model.init == "pretrained" and params.model.name_or_path:
         check_checkpoint(params.model.name_or_path, params.data.directions, params.model.language_codes)
+    if params.distill.enabled and params.distill.teacher is not None:
+        check_teacher(params)
     check_test_sets(params.evaluate.sacrebleu_test_sets, params.data.directions, params.data.split_names())
     with atomic_path(paths.params_checked) as tmp:
         tmp.write_text(VALID, encoding="utf-8")

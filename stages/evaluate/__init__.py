@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import Paths, atomic_path, test_splits, write_json
+from pipeline.artifacts import Paths, atomic_path, read_json, test_splits, write_json
 from pipeline.corpus import read_pairs_by_direction
 from pipeline.errors import MissingArtifact
 from pipeline.params import MACRO, EvaluateParams, Params
@@ -47,7 +47,7 @@ from pipeline.runtime.languages import Direction, Directions
 from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
-from stages.evaluate.results import DirectionResult, eval_json
+from stages.evaluate.results import AVERAGED, DirectionResult, eval_json
 from stages.evaluate.sentences import ScoredSentence, best_and_worst, score_sentences, write_sentence_table
 
 log = logging.getLogger("mtpipe.evaluate")
@@ -176,9 +176,24 @@ def training_cut_short(paths: Paths) -> str | None:
     return run.cut_short if run is not None else None
 
 
+def teacher_scores(paths: Paths) -> dict[tuple[str, str], dict[str, float]]:
+    """A student's teacher's BLEU, chrF and TER per (test set, direction), from metrics/eval.json; {} for the
+    teacher itself. The student is scored on the same test sets (stages/distill links them)."""
+    if not paths.role:
+        return {}
+    teacher_eval = paths.teacher().metrics("eval")
+    if not teacher_eval.is_file():
+        raise MissingArtifact(teacher_eval, "evaluate")
+    content = read_json(teacher_eval)
+    return {(test_set, direction): {key: scores[key] for key in AVERAGED}
+            for test_set, entries in content.items() if test_set != MACRO
+            for direction, scores in entries.items()}
+
+
 def run(params: Params, paths: Paths) -> dict[str, Any]:
     if not (paths.final_model / "config.json").exists():
         raise MissingArtifact(paths.final_model, "train")
+    teacher = teacher_scores(paths)
     languages = ModelLanguages.read(paths.final_model)
     test_sets = read_test_sets(paths, languages.directions)
     model, tokenizer = load_model(paths.final_model)
@@ -189,6 +204,8 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             for direction, pairs in by_direction.items():
                 result = evaluate_direction(model, tokenizer, languages.layout(direction), split, direction, pairs,
                                             params.evaluate)
+                if (split, str(direction)) in teacher:  # a student's: its teacher's scores beside its own
+                    result.scores["teacher"] = teacher[split, str(direction)]
                 hyps = "".join(s.hyp + "\n" for s in result.sentences)
                 (out / f"{result.name}.hyp.txt").write_text(hyps, encoding="utf-8")
                 write_sentence_table(out / f"{result.name}.sentences.tsv", result.sentences)

@@ -60,18 +60,31 @@ def _number(value: float | None, digits: int = 2) -> str:
 def _summary_table(results: list[DirectionResult]) -> str:
     # No decoding time here (the log has it): the report is a function of the model and the data only, so two
     # runs of the same model write the same reports/eval, byte for byte.
+    # A student's page shows its teacher's BLEU and the difference beside its own.
+    student = any("teacher" in r.scores for r in results)
     head = ("<tr><th>test set</th><th>direction</th><th class=num>sentences</th><th class=num>BLEU</th>"
-            "<th class=num>chrF</th><th class=num>TER</th><th class=num>length ratio</th></tr>")
+            + ("<th class=num>teacher BLEU</th><th class=num>vs teacher</th>" if student else "")
+            + "<th class=num>chrF</th><th class=num>TER</th><th class=num>length ratio</th></tr>")
     rows = [f'<tr><td><a href="#{escape(r.name)}">{escape(r.test_set)}</a></td><td>{escape(r.direction)}</td>'
             f'<td class=num>{r.scores["sentences"]}</td><td class=num>{_number(r.scores["bleu"])}</td>'
+            f'{_teacher_cells(r) if student else ""}'
             f'<td class=num>{_number(r.scores["chrf"])}</td><td class=num>{_number(r.scores.get("ter"))}</td>'
             f'<td class=num>{_number(r.scores.get("length_ratio"), 3)}</td></tr>' for r in results]
     if len(results) > 1:
         macro = macro_average(results)
         rows.append(f"<tr><th>{MACRO}</th><th>mean of {len(results)}</th><td></td>"
-                    f'<th class=num>{_number(macro["bleu"])}</th><th class=num>{_number(macro["chrf"])}</th>'
+                    f'<th class=num>{_number(macro["bleu"])}</th>{"<td></td><td></td>" if student else ""}'
+                    f'<th class=num>{_number(macro["chrf"])}</th>'
                     f'<th class=num>{_number(macro["ter"])}</th><td></td></tr>')
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _teacher_cells(result: DirectionResult) -> str:
+    teacher = result.scores.get("teacher")
+    if teacher is None:
+        return "<td class=num>n/a</td><td class=num>n/a</td>"
+    return (f'<td class=num>{_number(teacher["bleu"])}</td>'
+            f'<td class=num>{result.scores["bleu"] - teacher["bleu"]:+.2f}</td>')
 
 
 def _sentence_table(rows: list[ScoredSentence]) -> str:

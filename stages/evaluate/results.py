@@ -7,6 +7,9 @@ split may take) holds the plain mean of every entry's BLEU, chrF and TER:
     {"test": {"en-de": {"bleu", "chrf", "ter", "signature", "length_ratio", "sentences"}, "en-fr": {...}},
      "macro": {"bleu", "chrf", "ter"}}
 
+A distilled student's entries (metrics/student/eval.json) also hold `teacher`: its teacher's bleu, chrf and ter
+on the same test set and direction, and so does its macro.
+
 No timings: two runs of one model on one data set write the same file (decoding time goes to the log).
 """
 
@@ -50,4 +53,7 @@ def eval_json(results: list[DirectionResult]) -> dict[str, Any]:
         nested.setdefault(r.test_set, {})[r.direction] = r.scores
     if results:
         nested[MACRO] = macro_average(results)
+        if all("teacher" in r.scores for r in results):  # a student's evaluation: its teacher's means beside
+            nested[MACRO]["teacher"] = {key: round(sum(r.scores["teacher"][key] for r in results) / len(results), 2)
+                                        for key in AVERAGED}
     return nested

@@ -72,6 +72,7 @@ def train_spec(params: Params, paths: Paths) -> dict[str, Any]:
     default_length = {key: EvaluateParams.model_fields[key].default for key in ("max_len_a", "max_len_b")}
     return {
         "root": str(paths.root.resolve()),
+        "role": paths.role,  # the student's artifacts lie one folder down (pipeline/artifacts.py)
         "train": params.train.model_dump(),
         "model": model_spec(params.model),
         "evaluate": default_length,
@@ -118,10 +119,11 @@ def _launch_torchrun(nproc: int, paths: Paths, spec: dict[str, Any], params_file
 
 
 def _main() -> None:
-    from pipeline.stage import main
+    from pipeline.stage import STUDENT_FLAG, main
 
-    params_file = sys.argv[1] if len(sys.argv) > 1 else "params.yaml"
-    main(lambda p, paths: run(p, paths, params_file), "train", [params_file])
+    args = sys.argv[1:]
+    params_file = next((a for a in args if a != STUDENT_FLAG), "params.yaml")
+    main(lambda p, paths: run(p, paths, params_file), "train", args)
 
 
 __all__ = ["run"]

@@ -200,7 +200,7 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     precision, precision_reason = resolve_precision(spec["train"]["precision"], dist.device)
     spec = {**spec, "train": {**spec["train"], "precision": precision}}
     train_params = SimpleNamespace(**spec["train"])
-    paths = Paths(Path(spec["root"]))
+    paths = Paths(Path(spec["root"]), spec.get("role", ""))
     # Dropout: each rank draws its own masks, as it has its own data (build_model does not touch this stream).
     torch.manual_seed(train_params.seed + dist.rank)
 

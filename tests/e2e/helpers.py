@@ -16,6 +16,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+TEACHER_STAGES = ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card"]
+# The distilled student's stages: with distill.enabled false (the default) each writes a note into its outputs.
+STUDENT_STAGES = ["distill", "student_clean", "student_validate", "student_tokenize", "student_train",
+                  "student_evaluate", "student_export", "student_card"]
 
 
 def project_copy(dest: Path) -> Path:
@@ -79,6 +83,13 @@ def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 def stages_run(result: subprocess.CompletedProcess) -> list[str]:
     """Stages `dvc repro` / `dvc exp run` actually executed, in order."""
     return re.findall(r"Running stage '([\w-]+)'", result.stdout + result.stderr)
+
+
+def teacher_and_student_stages(result: subprocess.CompletedProcess) -> tuple[list[str], list[str]]:
+    """The stages a run executed, split into the teacher's and the student's (each in execution order): DVC may
+    interleave the two chains, which share no outputs after the teacher's export."""
+    ran = stages_run(result)
+    return [s for s in ran if s not in STUDENT_STAGES], [s for s in ran if s in STUDENT_STAGES]
 
 
 def write_gz(path: Path, lines: list[str]) -> str:

@@ -23,7 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import dvc, git, multi30k_per_language, project_copy, set_params, stages_run
+from tests.e2e.helpers import (
+    STUDENT_STAGES,
+    dvc,
+    git,
+    multi30k_per_language,
+    project_copy,
+    set_params,
+    teacher_and_student_stages,
+)
 from tests.support.fine_tuned import redrawn
 from tests.support.tiny_checkpoints import build_tiny
 
@@ -81,7 +89,7 @@ def project(tmp_path_factory, checkpoint) -> Path:
     )
     git(root, "commit", "-qam", "mbart50 checkpoint, en-de and en-fr from a Multi30k slice")
     result = dvc(root, "repro")
-    assert stages_run(result) == ALL_STAGES
+    assert teacher_and_student_stages(result) == (ALL_STAGES, STUDENT_STAGES)
     return root
 
 

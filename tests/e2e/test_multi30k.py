@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import multi30k_lines
-from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run, write_gz
+from tests.e2e.helpers import (
+    STUDENT_STAGES,
+    TEACHER_STAGES,
+    dvc,
+    git,
+    project_copy,
+    set_params,
+    teacher_and_student_stages,
+    write_gz,
+)
 
 pytestmark = pytest.mark.e2e
 TRAIN_PAIRS = 12_000
@@ -54,8 +63,7 @@ def project(tmp_path_factory) -> Path:
     )
     git(root, "commit", "-qam", "multi30k subset")
     result = dvc(root, "repro")
-    assert stages_run(result) == ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate",
-                                  "export", "card"]
+    assert teacher_and_student_stages(result) == (TEACHER_STAGES, STUDENT_STAGES)
     return root
 
 

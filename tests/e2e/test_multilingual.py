@@ -16,7 +16,15 @@ import pytest
 
 from pipeline.runtime.model_languages import ModelLanguages
 from tests.conftest import multi30k_lines
-from tests.e2e.helpers import dvc, git, multi30k_per_language, project_copy, set_params, stages_run
+from tests.e2e.helpers import (
+    STUDENT_STAGES,
+    dvc,
+    git,
+    multi30k_per_language,
+    project_copy,
+    set_params,
+    teacher_and_student_stages,
+)
 
 pytestmark = pytest.mark.e2e
 SPLITS = {"train": ("train", 4000), "valid": ("val", 200), "test_2016_flickr": ("test_2016_flickr", 200)}
@@ -46,7 +54,7 @@ def project(tmp_path_factory) -> Path:
     )
     git(root, "commit", "-qam", "multi30k slice, en-de")
     result = dvc(root, "exp", "run", "-S", "data.directions=[en-de,en-fr]")
-    assert stages_run(result) == ALL_STAGES
+    assert teacher_and_student_stages(result) == (ALL_STAGES, STUDENT_STAGES)
     return root
 
 

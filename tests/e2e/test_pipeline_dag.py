@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.helpers import dvc, git, project_copy, set_params, stages_run
+from tests.e2e.helpers import STUDENT_STAGES, dvc, git, project_copy, set_params, stages_run, teacher_and_student_stages
 
 pytestmark = pytest.mark.e2e
 ALL = ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card"]
@@ -26,7 +26,8 @@ def project(tmp_path_factory) -> Path:
     set_params(root, FAST)
     git(root, "commit", "-qam", "fast params")
     first = dvc(root, "repro")
-    assert stages_run(first) == ALL
+    # Distillation is off: its stages ran too, each writing a note into its outputs.
+    assert teacher_and_student_stages(first) == (ALL, STUDENT_STAGES)
     return root
 
 
@@ -125,8 +126,9 @@ def test_editing_a_module_evaluate_imports_marks_evaluate_changed(project):
 def test_changing_max_steps_reruns_only_train_evaluate_and_export(project):
     set_params(project, {"train": {"max_steps": 30}})
     result = dvc(project, "repro")
-    # check_params reruns on any change to params.yaml; its output does not change, so nothing reruns for it.
-    assert stages_run(result) == ["check_params", "train", "evaluate", "export", "card"]
+    # check_params reruns on any change to params.yaml; its output does not change, so nothing reruns for it. A new
+    # export is a new teacher: distill reruns (off, it rewrites its note) and, its note unchanged, nothing after it.
+    assert teacher_and_student_stages(result) == (["check_params", "train", "evaluate", "export", "card"], ["distill"])
     assert json.loads((project / "metrics/train.json").read_text())["steps"] == 30
 
 
@@ -134,7 +136,7 @@ def test_exp_run_with_a_param_override_records_bleu(project):
     git(project, "add", "-A")
     git(project, "commit", "-qm", "baseline")
     result = dvc(project, "exp", "run", "-S", "train.lr=0.001", "-n", "lower-lr")
-    assert stages_run(result) == ["check_params", "train", "evaluate", "export", "card"]
+    assert teacher_and_student_stages(result) == (["check_params", "train", "evaluate", "export", "card"], ["distill"])
     shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
     experiments = [e for rev in shown for e in (rev.get("experiments") or [])]
     runs = [r for e in experiments for r in e.get("revs", [])]

@@ -88,3 +88,24 @@ def test_the_multilingual_config_changes_only_the_data_and_what_several_directio
     per_update_logging = {"valid_bleu_sentences"}  # per direction there
     assert {k: v for k, v in multilingual["train"].items() if k not in per_update_logging} == \
         {k: v for k, v in bilingual["train"].items() if k not in per_update_logging}
+
+
+MULTI30K_DISTILL = REPO / "configs" / "multi30k-distill-cpu.yaml"
+
+
+def test_the_distill_config_is_the_multi30k_teacher_with_distillation_switched_on():
+    teacher, distilled = raw(MULTI30K), raw(MULTI30K_DISTILL)
+    assert distilled["distill"].pop("enabled") is True and teacher["distill"].pop("enabled") is False
+    assert distilled == teacher, "one teacher: the distilled run reuses every teacher stage of the Multi30k run"
+
+
+def test_the_multi30k_student_is_smaller_trains_like_the_teacher_and_is_bounded_by_steps():
+    params = load(MULTI30K_DISTILL)
+    student, teacher = params.distill, params
+    assert student.model.preset == "student" and student.model.init == "scratch"
+    arch = student.model.architecture()
+    assert arch["decoder_layers"] <= 2 < arch["encoder_layers"], "deep encoder, shallow decoder"
+    assert student.train.max_minutes is None and student.train.max_steps % student.train.save_every == 0
+    same = {"lr", "warmup_steps", "lr_schedule", "label_smoothing", "max_tokens", "precision", "average_last"}
+    assert {k: getattr(student.train, k) for k in same} == {k: getattr(teacher.train, k) for k in same}
+    assert student.tokenize.vocab_size < teacher.tokenize.vocab_size

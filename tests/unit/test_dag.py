@@ -12,8 +12,16 @@ from pipeline.artifacts import Paths
 from pipeline.params import parse
 
 REPO = Path(__file__).resolve().parents[2]
-ORDER = ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card"]
+TEACHER = ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card"]
+# The distilled student's stages: the teacher's modules from clean on, run with --student (pipeline/stage.py).
+STUDENT = ["student_clean", "student_validate", "student_tokenize", "student_train", "student_evaluate",
+           "student_export", "student_card"]
+ORDER = [*TEACHER, "distill", *STUDENT]
 DVC = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+def module_of(stage: str) -> str:
+    return stage.removeprefix("student_")
 
 
 def names(entries):
@@ -27,39 +35,47 @@ def test_the_dag_has_the_stages_in_order_each_fed_by_the_previous():
     for stage, spec in DVC.items():
         for out in names(spec.get("outs", [])) + names(spec.get("metrics", [])):
             produced[out] = stage
-    for before, after in zip(ORDER, ORDER[1:], strict=False):
-        upstream = {produced.get(d) for d in DVC[after]["deps"]}
-        assert (before if after != "export" else "train") in upstream, (after, upstream)
+    after_of = {"export": "train", "student_export": "student_train", "distill": "export"}
+    for chain in (TEACHER, ["distill", *STUDENT]):
+        for before, after in zip(chain, chain[1:], strict=False):
+            upstream = {produced.get(d) for d in DVC[after]["deps"]}
+            assert after_of.get(after, before) in upstream, (after, upstream)
+    # The distillation reads the teacher's export and cleaned training pairs; the student is scored beside the
+    # teacher's evaluation.
+    assert {"models/export", "data/clean", "data/raw"} <= set(DVC["distill"]["deps"])
+    assert "metrics/eval.json" in DVC["student_evaluate"]["deps"]
 
 
 def test_each_stage_runs_its_own_module_and_depends_on_its_code():
     for stage, spec in DVC.items():
-        assert spec["cmd"] == f"python -m stages.{stage}"
+        module_name = module_of(stage)
+        student = " --student" if stage.startswith("student_") else ""
+        assert spec["cmd"] == f"python -m stages.{module_name}{student}"
         # A stage is a module or, when it is big, a package of one-idea modules.
-        module = f"stages/{stage}" if (REPO / "stages" / stage).is_dir() else f"stages/{stage}.py"
+        module = f"stages/{module_name}" if (REPO / "stages" / module_name).is_dir() else f"stages/{module_name}.py"
         assert module in spec["deps"], stage
         assert (REPO / module).exists()
 
 
 def test_outputs_are_the_paths_the_stages_write():
-    paths = Paths(Path("."))
-    expected = {
-        "check_params": {paths.params_checked},
-        "download": {paths.raw},
-        "clean": {paths.clean},
-        "validate": {paths.validation_report},
-        "tokenize": {paths.tokenized},
-        "train": {paths.final_model, paths.checkpoints},
-        "evaluate": {paths.eval_dir},
-        "export": {paths.export},
-        "card": {paths.release},
-    }
-    for stage, outs in expected.items():
-        assert {Path(o) for o in names(DVC[stage]["outs"])} == outs, stage
-    metric_files = {"clean": "clean", "validate": "validation", "tokenize": "tokenize", "train": "train",
-                    "evaluate": "eval", "export": "export"}
-    for stage, name in metric_files.items():
-        assert str(paths.metrics(name)) in names(DVC[stage]["metrics"]), stage
+    teacher, student = Paths(Path(".")), Paths(Path("."), "student")
+    assert {Path(o) for o in names(DVC["check_params"]["outs"])} == {teacher.params_checked}
+    for stage in ORDER[1:]:
+        paths = student if stage == "distill" or stage in STUDENT else teacher
+        spec = DVC[stage]
+        declared = {Path(o) for o in names(spec["outs"]) + names(spec.get("metrics", []))}
+        # The teacher's curves are also its plots (dvc.yaml); DVCLive writes them beside its metrics.json.
+        declared |= {paths.dvclive / "metrics.json"} if module_of(stage) == "train" else set()
+        assert declared == set(paths.outputs(module_of(stage))), stage
+
+
+def test_student_stages_read_the_distill_params_and_teacher_stages_never_do():
+    for stage in TEACHER:
+        assert not any(p.startswith("distill") for p in DVC[stage].get("params", [])), stage
+    for stage in ["distill", *STUDENT]:
+        # distill.enabled: switching distillation on or off reruns each (off, it writes a note into its outputs).
+        assert "distill.enabled" in DVC[stage]["params"], stage
+    assert DVC["student_train"]["params"] == ["distill.enabled", "distill.model", "distill.train"]
 
 
 def test_every_param_a_stage_declares_exists_in_the_schema():
@@ -82,7 +98,7 @@ def test_stage_modules_import_without_heavy_libraries():
     code = (
         "import sys\n"
         "import pipeline.tools.cli, stages.check_params, stages.download, stages.clean, stages.validate, "
-        "stages.tokenize, "
+        "stages.tokenize, stages.distill, "
         "stages.train, stages.evaluate, stages.export, stages.card\n"
         "heavy = [m for m in ('torch', 'transformers', 'great_expectations', 'prefect', 'dvc', 'onnxruntime',"
         " 'datasets', 'pandas') if m in sys.modules]\n"
@@ -98,3 +114,11 @@ def test_every_dependency_is_a_file_in_the_repo_or_an_output_of_an_earlier_stage
         for dep in spec["deps"]:
             assert dep in produced or (REPO / dep).exists(), f"{stage}: {dep}"
         produced.update(names(spec.get("outs", [])) + names(spec.get("metrics", [])))
+
+
+def test_mtpipe_stage_knows_every_stage_and_runs_the_command_dvc_runs():
+    from pipeline.tools.cli import STAGES, STUDENT_STAGES, stage_command
+
+    assert sorted(STAGES + STUDENT_STAGES) == sorted(DVC)
+    for stage, spec in DVC.items():
+        assert stage_command(stage)[1:] == spec["cmd"].split()[1:], stage

@@ -66,7 +66,7 @@ def imported_modules(path: Path, package: list[str]) -> set[str]:
 
 def files_a_stage_runs(stage: str) -> set[str]:
     """Repository-relative paths of the project files the stage's command imports, transitively."""
-    entry = DVC[stage]["cmd"].removeprefix("python -m ").strip()
+    entry = DVC[stage]["cmd"].removeprefix("python -m ").split()[0]  # a student stage's module, without --student
     todo = [entry, f"{entry}.__main__"]
     seen: set[Path] = set()
     while todo:

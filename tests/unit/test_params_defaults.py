@@ -111,7 +111,8 @@ def test_the_preset_overrides_default_to_the_preset():
 def test_the_walk_sees_every_section_and_fails_on_a_missing_key(monkeypatch):
     keys = schema_keys(Params)
     assert {k.split(".")[0] for k in keys} == {"data", "clean", "validate", "tokenize", "model", "train", "evaluate",
-                                               "export", "card"}
+                                               "export", "card", "distill"}
+    assert "distill.train.lr" in keys and "distill.model.preset" in keys  # the student's blocks, walked too
     trimmed = {**PARAMS_YAML, "train": {k: v for k, v in PARAMS_YAML["train"].items() if k != "lr"}}
     monkeypatch.setitem(globals(), "PARAMS_YAML", trimmed)
     try:
