@@ -127,8 +127,10 @@ def test_changing_max_steps_reruns_only_train_evaluate_and_export(project):
     set_params(project, {"train": {"max_steps": 30}})
     result = dvc(project, "repro")
     # check_params reruns on any change to params.yaml; its output does not change, so nothing reruns for it. A new
-    # export is a new teacher: distill reruns (off, it rewrites its note) and, its note unchanged, nothing after it.
-    assert teacher_and_student_stages(result) == (["check_params", "train", "evaluate", "export", "card"], ["distill"])
+    # teacher (its export, its scores) reruns distill and student_evaluate, which with distillation off rewrite their
+    # notes; the notes unchanged, nothing after them reruns.
+    assert teacher_and_student_stages(result) == (["check_params", "train", "evaluate", "export", "card"],
+                                                  ["distill", "student_evaluate"])
     assert json.loads((project / "metrics/train.json").read_text())["steps"] == 30
 
 
@@ -136,7 +138,8 @@ def test_exp_run_with_a_param_override_records_bleu(project):
     git(project, "add", "-A")
     git(project, "commit", "-qm", "baseline")
     result = dvc(project, "exp", "run", "-S", "train.lr=0.001", "-n", "lower-lr")
-    assert teacher_and_student_stages(result) == (["check_params", "train", "evaluate", "export", "card"], ["distill"])
+    assert teacher_and_student_stages(result) == (["check_params", "train", "evaluate", "export", "card"],
+                                                  ["distill", "student_evaluate"])
     shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
     experiments = [e for rev in shown for e in (rev.get("experiments") or [])]
     runs = [r for e in experiments for r in e.get("revs", [])]
