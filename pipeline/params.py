@@ -57,6 +57,13 @@ DirectionList = Annotated[Directions, BeforeValidator(_parse_directions),
                           PlainSerializer(lambda directions: directions.names, return_type=list[str])]
 
 
+def _count_or_auto(value: int | str) -> int | str:
+    """A process or thread count: a positive int, or 'auto'."""
+    if isinstance(value, int) and value < 1:
+        raise ValueError("must be at least 1 or 'auto'")
+    return value
+
+
 class _Section(BaseModel):
     # extra="forbid": a misspelt key is an error, not a silently ignored setting.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -490,12 +497,7 @@ class TrainParams(_Section):
     gradient_checkpointing: bool = False
     freeze: list[Literal["embeddings", "encoder"]] = Field(default_factory=list)
 
-    @field_validator("nproc")
-    @classmethod
-    def _positive(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and v < 1:
-            raise ValueError("must be at least 1 or 'auto'")
-        return v
+    _nproc_positive = field_validator("nproc")(classmethod(lambda cls, v: _count_or_auto(v)))
 
     @model_validator(mode="after")
     def _decay_ends_at_max_steps(self) -> TrainParams:
@@ -600,12 +602,7 @@ class DistillParams(_Section):
     model: StudentModelParams = Field(default_factory=StudentModelParams)
     train: TrainParams = Field(default_factory=TrainParams)
 
-    @field_validator("threads")
-    @classmethod
-    def _positive(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and v < 1:
-            raise ValueError("must be at least 1 or 'auto'")
-        return v
+    _threads_positive = field_validator("threads")(classmethod(lambda cls, v: _count_or_auto(v)))
 
     def not_smaller_than(self, teacher_size: int, teacher: str) -> str | None:
         """What is wrong when the student (a model trained from scratch) has no fewer weights than the teacher."""
