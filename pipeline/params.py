@@ -31,6 +31,8 @@ from pydantic import (
 from pipeline.runtime.languages import DIRECTION_PATTERN, MAX_DIRECTIONS, SCRIPTS, Direction, Directions
 
 PARAMS_FILE = "params.yaml"
+# The export stage's directory, as params.yaml names it: distill.teacher's default, this run's own model.
+OWN_EXPORT = "models/export"
 
 
 class ParamsError(ValueError):
@@ -585,9 +587,10 @@ class DistillParams(_Section):
     and a student trains on its translations with the same stages (stages/distill, `student_*` in dvc.yaml)."""
 
     enabled: bool = False
-    # The teacher: null is this run's export (models/export); else an export directory (a models/export of
-    # another run, e.g. a fine-tuned OPUS-MT or NLLB) that translates every direction of data.directions.
-    teacher: str | None = Field(None, min_length=1)
+    # The teacher: an export directory that translates every direction of data.directions; models/export is this
+    # run's own, any other one another run's (e.g. a fine-tuned OPUS-MT or NLLB). A path, not null: dvc.yaml makes
+    # it the distill stage's dependency (`${distill.teacher}`), so a changed teacher reruns the distillation.
+    teacher: str = Field(OWN_EXPORT, min_length=1)
     # The teacher's graphs that translate the corpus: fp32 ONNX (onnx) or its int8 copies (onnx_int8, faster).
     runtime: Literal["onnx", "onnx_int8"] = "onnx"
     beam: int = Field(4, ge=1, le=64)
@@ -603,6 +606,11 @@ class DistillParams(_Section):
     train: TrainParams = Field(default_factory=TrainParams)
 
     _threads_positive = field_validator("threads")(classmethod(lambda cls, v: _count_or_auto(v)))
+
+    @property
+    def external_teacher(self) -> str | None:
+        """The teacher's directory when it is not this run's own export."""
+        return None if Path(self.teacher) == Path(OWN_EXPORT) else self.teacher
 
     def not_smaller_than(self, teacher_size: int, teacher: str) -> str | None:
         """What is wrong when the student (a model trained from scratch) has no fewer weights than the teacher."""
@@ -640,7 +648,7 @@ class Params(_Section):
     def _student_smaller_than_teacher(self) -> Params:
         teacher = self.model
         # A pretrained or external teacher's size is in its config.json: check_params compares it there.
-        if self.distill.enabled and self.distill.teacher is None and teacher.init == "scratch":
+        if self.distill.enabled and self.distill.external_teacher is None and teacher.init == "scratch":
             size = transformer_parameters(teacher.architecture(), self.tokenize.vocab_size, teacher.tie_embeddings)
             if problem := self.distill.not_smaller_than(size, f"the teacher (model.preset {teacher.preset})"):
                 raise ValueError(problem)

@@ -18,8 +18,8 @@ directory that is not a hub name (`org/name`) is refused naming the parameter.
 (pipeline/sacrebleu_sets.py, nothing downloaded): an unknown set, a direction a set has no references for, or a set
 whose split name the data already uses stops the DAG here, naming it and listing what exists.
 
-With `distill.enabled` and an export directory as `distill.teacher`, the teacher is checked from its files: it
-must translate every direction of data.directions (its languages.json) and be larger than the student
+With `distill.enabled` and another run's export directory as `distill.teacher`, the teacher is checked from its
+files: it must translate every direction of data.directions (its languages.json) and be larger than the student
 (`distill.model`, against the teacher's config.json). A teacher that is this run's own model is checked by the
 schema, from params alone.
 
@@ -85,7 +85,7 @@ def check_checkpoint(name_or_path: str, directions: Directions, language_codes: 
 
 def check_teacher(params: Params) -> None:
     """An export directory named as distill.teacher translates every direction and is larger than the student."""
-    teacher = Path(params.distill.teacher or "")
+    teacher = Path(params.distill.teacher)
     where = f"distill.teacher {teacher}"
     for name in ("export.json", "languages.json", "config.json"):
         if not (teacher / name).is_file():
@@ -108,7 +108,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     # `params` arrives validated: pipeline.stage.main loads it and exits 1 naming each bad key, before this runs.
     if params.model.init == "pretrained" and params.model.name_or_path:
         check_checkpoint(params.model.name_or_path, params.data.directions, params.model.language_codes)
-    if params.distill.enabled and params.distill.teacher is not None:
+    if params.distill.enabled and params.distill.external_teacher is not None:
         check_teacher(params)
     check_test_sets(params.evaluate.sacrebleu_test_sets, params.data.directions, params.data.split_names())
     with atomic_path(paths.params_checked) as tmp:

@@ -1,7 +1,7 @@
 """distill: the teacher translates every training source, and the translations become the student's corpus.
 
 Sequence-level knowledge distillation (Kim & Rush 2016), as mozilla/translations trains its students: the teacher
-(this run's `models/export`, or the export directory `distill.teacher` names) translates the cleaned training
+(the export directory `distill.teacher` names: this run's `models/export` by default) translates the cleaned training
 sources of every direction with beam search on the project's own runtime (pipeline/runtime/translate.py: ONNX
 Runtime, batched, `distill.threads` batches at once), and the student trains on (source, teacher's translation).
 
@@ -26,6 +26,8 @@ import hashlib
 import logging
 import os
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.artifacts import Paths, atomic_path, link_or_copy, read_json, splits_in, write_json
-from pipeline.corpus import PAIR_SCHEMA, direction_column, open_pair_file
+from pipeline.corpus import BATCH_ROWS, PAIR_SCHEMA, directions_of, open_pair_file
 from pipeline.errors import MissingArtifact
 from pipeline.params import DistillParams, Params
 from pipeline.runtime.errors import PipelineError
@@ -42,13 +44,14 @@ from pipeline.runtime.languages import Direction, Directions
 
 log = logging.getLogger("mtpipe.distill")
 
-# Sources handed to the translator per call: large enough for full token batches on every thread, small enough
-# for a progress line every few seconds.
+# Sources of one direction handed to the translator per call: large enough for full, length-sorted token batches on
+# every thread, small enough for a progress line every few seconds and little memory.
 CHUNK = 4096
 
 
 def teacher_dir(params: Params, paths: Paths) -> Path:
-    return Path(params.distill.teacher) if params.distill.teacher else paths.export
+    external = params.distill.external_teacher
+    return Path(external) if external else paths.export
 
 
 def teacher_digest(directory: Path, graphs: dict[str, str]) -> str:
@@ -67,7 +70,7 @@ def load_teacher(params: Params, paths: Paths, directions: Directions) -> Any:
 
     directory = teacher_dir(params, paths)
     if not (directory / "export.json").is_file():
-        if params.distill.teacher is None:
+        if params.distill.external_teacher is None:
             raise MissingArtifact(directory / "export.json", "export")
         raise PipelineError(f"distill.teacher {directory}: no export.json there; name a models/export directory")
     threads = (os.cpu_count() or 1) if params.distill.threads == "auto" else int(params.distill.threads)
@@ -87,28 +90,97 @@ def reference_rows(count: int, cfg: DistillParams, direction_number: int) -> np.
     return np.sort(rng.choice(count, size=keep, replace=False)) if keep else np.zeros(0, dtype=np.int64)
 
 
-def translate_direction(teacher: Any, direction: Direction, sources: list[str], beam: int) -> list[str]:
-    out: list[str] = []
-    start = time.perf_counter()
-    for first in range(0, len(sources), CHUNK):
-        out += teacher.translate(sources[first:first + CHUNK], beam=beam, tgt=direction.tgt, src=direction.src)
-        done = len(out)
-        log.info("%s: %d of %d sources translated (%.1f sentences/s)", direction, done, len(sources),
-                 done / max(time.perf_counter() - start, 1e-9))
-    return out
+@dataclass
+class DirectionRun:
+    """One direction's progress through the training split: sources waiting for the teacher, how many came before
+    them, and which of the direction's rows (by number) also keep their original reference."""
+
+    direction: Direction
+    references: np.ndarray
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+    sources: int = 0
+    empty: int = 0
+    seconds: float = 0.0
+
+    def add(self, rows: pa.Table) -> None:
+        self.pending.append(rows)
+        self.pending_rows += len(rows)
+
+    def flush(self, teacher: Any, beam: int, digest: str, total: int) -> tuple[pa.Table, pa.Table]:
+        """The waiting sources translated: (the distilled rows, the original pairs chosen among them)."""
+        rows = pa.concat_tables(self.pending)
+        self.pending, self.pending_rows = [], 0
+        began = time.perf_counter()
+        hyps = teacher.translate(rows.column("src").to_pylist(), beam=beam, tgt=self.direction.tgt,
+                                 src=self.direction.src)
+        self.seconds += time.perf_counter() - began
+        first, self.sources = self.sources, self.sources + len(rows)
+        self.empty += sum(1 for h in hyps if not h.strip())
+        chosen = self.references[(self.references >= first) & (self.references < self.sources)] - first
+        log.info("%s: %d of %d sources translated (%.1f sentences/s)", self.direction, self.sources, total,
+                 self.sources / max(self.seconds, 1e-9))
+        return distilled_rows(rows, hyps, digest), original_rows(rows, chosen)
+
+    def figures(self) -> dict[str, Any]:
+        return {"sources": self.sources, "translated": self.sources, "empty": self.empty,
+                "references": len(self.references), "seconds": round(self.seconds, 1),
+                "sentences_per_s": round(self.sources / max(self.seconds, 1e-9), 1)}
 
 
-def distilled_table(table: pa.Table, hyps: list[str], reference_rows: np.ndarray, digest: str) -> pa.Table:
-    """One direction's training rows: the teacher's translations, then the chosen original pairs."""
-    origins = table.column("origin").to_pylist()
-    distilled = table.set_column(table.schema.get_field_index("tgt"), "tgt", pa.array(hyps, pa.string()))
-    distilled = distilled.set_column(distilled.schema.get_field_index("origin"), "origin",
-                                     pa.array([f"teacher {digest}: {o}" for o in origins], pa.string()))
-    originals = table.take(pa.array(reference_rows, pa.int64()))
-    originals = originals.set_column(originals.schema.get_field_index("origin"), "origin",
-                                     pa.array([f"reference: {origins[i]}" for i in reference_rows.tolist()],
-                                              pa.string()))
-    return pa.concat_tables([distilled, originals])
+def with_column(table: pa.Table, name: str, values: list[str]) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, pa.array(values, pa.string()))
+
+
+def distilled_rows(rows: pa.Table, hyps: list[str], digest: str) -> pa.Table:
+    """The rows with the teacher's translations as targets, each origin naming the teacher."""
+    origins = [f"teacher {digest}: {o}" for o in rows.column("origin").to_pylist()]
+    return with_column(with_column(rows, "tgt", hyps), "origin", origins)
+
+
+def original_rows(rows: pa.Table, chosen: np.ndarray) -> pa.Table:
+    originals = rows.take(pa.array(chosen, pa.int64()))
+    return with_column(originals, "origin", [f"reference: {o}" for o in originals.column("origin").to_pylist()])
+
+
+def direction_counts(train: pq.ParquetFile) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for batch in train.iter_batches(columns=["src_lang", "tgt_lang"], batch_size=BATCH_ROWS):
+        counts.update(directions_of(batch))
+    return counts
+
+
+def distill_split(train: pq.ParquetFile, teacher: Any, directions: Directions, cfg: DistillParams, digest: str,
+                  out: Path) -> dict[str, dict[str, Any]]:
+    """Translate the training split into out/train.parquet: the teacher's rows as they come, CHUNK sources of a
+    direction at a time, then the original pairs kept beside them. One pass, and memory holds a chunk per
+    direction, never the corpus (a WMT-sized split has millions of pairs). Returns the figures per direction."""
+    counts = direction_counts(train)
+    runs = {str(d): DirectionRun(d, reference_rows(counts[str(d)], cfg, number))
+            for number, d in enumerate(directions.directions)}
+    originals_file = out / "originals.parquet"
+    with pq.ParquetWriter(out / "train.parquet", PAIR_SCHEMA) as writer:
+        with pq.ParquetWriter(originals_file, PAIR_SCHEMA) as originals:
+            def flush(name: str) -> None:
+                distilled, kept = runs[name].flush(teacher, cfg.beam, digest, counts[name])
+                writer.write_table(distilled.cast(PAIR_SCHEMA))
+                originals.write_table(kept.cast(PAIR_SCHEMA))
+
+            for batch in train.iter_batches(columns=PAIR_SCHEMA.names, batch_size=CHUNK):
+                rows = pa.Table.from_batches([batch])
+                labels = np.array(directions_of(batch), dtype=object)
+                for name, run in runs.items():
+                    if (mine := labels == name).any():
+                        run.add(rows.filter(pa.array(mine)))
+                    if run.pending_rows >= CHUNK:
+                        flush(name)
+            for name, run in runs.items():
+                if run.pending_rows:
+                    flush(name)
+        for batch in pq.ParquetFile(originals_file).iter_batches(batch_size=BATCH_ROWS):
+            writer.write_batch(batch)
+    originals_file.unlink()
+    return {name: run.figures() for name, run in runs.items()}
 
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
@@ -121,50 +193,42 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     teacher = load_teacher(params, paths, directions)
     graphs = dict(teacher.manifest.onnx_graphs(cfg.runtime == "onnx_int8"))
     digest = teacher_digest(teacher.model_dir, graphs)
-    table = open_pair_file(train_file).read(columns=PAIR_SCHEMA.names)
-    labels = np.array(direction_column(table).to_pylist(), dtype=object)
-    per_direction: dict[str, Any] = {}
-    parts: list[pa.Table] = []
     start = time.perf_counter()
-    for number, direction in enumerate(directions.directions):
-        rows = table.filter(pa.array(labels == str(direction)))
-        began = time.perf_counter()
-        hyps = translate_direction(teacher, direction, rows.column("src").to_pylist(), cfg.beam)
-        seconds = time.perf_counter() - began
-        references = reference_rows(len(rows), cfg, number)
-        parts.append(distilled_table(rows, hyps, references, digest))
-        per_direction[str(direction)] = {
-            "sources": len(rows), "translated": len(hyps), "empty": sum(1 for h in hyps if not h.strip()),
-            "references": len(references), "seconds": round(seconds, 1),
-            "sentences_per_s": round(len(hyps) / max(seconds, 1e-9), 1)}
-    seconds = time.perf_counter() - start
-    sources = sum(d["sources"] for d in per_direction.values())
-    # This run's export by its path in the project (the same on every machine); another by the path given.
-    named = params.distill.teacher or paths.export.relative_to(paths.root).as_posix()
-    teacher_record = {"export": named, "digest": digest, "runtime": cfg.runtime,
-                      "graphs": graphs, "beam": cfg.beam, "threads": teacher.threads}
     with atomic_path(student.raw) as out:
         out.mkdir()
-        pq.write_table(pa.concat_tables(parts).cast(PAIR_SCHEMA), out / "train.parquet")
+        per_direction = distill_split(open_pair_file(train_file), teacher, directions, cfg, digest, out)
+        seconds = time.perf_counter() - start
         for split in splits_in(paths.raw):
             if split != "train":
                 link_or_copy(paths.split_file(paths.raw, split), out / f"{split}.parquet")
-        manifest = read_json(paths.raw / "manifest.json")
-        manifest["splits"]["train"] = sum(len(p) for p in parts)
-        manifest["rows_per_direction"]["train"] = {d: f["translated"] + f["references"]
-                                                   for d, f in per_direction.items()}
-        # No timings here: the same teacher and sources give the same data/student/raw, so nothing after it reruns.
-        counts = {d: {k: v for k, v in f.items() if k not in ("seconds", "sentences_per_s")}
-                  for d, f in per_direction.items()}
-        manifest["distillation"] = {"teacher": {k: v for k, v in teacher_record.items() if k != "threads"},
-                                    "original_ratio": cfg.original_ratio, "seed": cfg.seed, "directions": counts}
-        write_json(out / "manifest.json", manifest)
+        # This run's export by its path in the project (the same on every machine); another by the path given.
+        named = params.distill.external_teacher or paths.export.relative_to(paths.root).as_posix()
+        teacher_record = {"export": named, "digest": digest, "runtime": cfg.runtime,
+                          "graphs": graphs, "beam": cfg.beam, "threads": teacher.threads}
+        write_json(out / "manifest.json", distilled_manifest(read_json(paths.raw / "manifest.json"), per_direction,
+                                                             teacher_record, cfg))
+    sources = sum(d["sources"] for d in per_direction.values())
     metrics = {"teacher": teacher_record, "sources": sources, "seconds": round(seconds, 1),
                "sentences_per_s": round(sources / max(seconds, 1e-9), 1), "directions": per_direction}
     write_json(student.metrics("distill"), metrics)
     log.info("the teacher translated %d training sources in %.0f s (%.1f sentences/s, beam %d, %s, %d threads)",
              sources, seconds, metrics["sentences_per_s"], cfg.beam, cfg.runtime, teacher.threads)
     return {"sources": sources, "sentences_per_s": metrics["sentences_per_s"]}
+
+
+def distilled_manifest(manifest: dict[str, Any], per_direction: dict[str, dict[str, Any]],
+                       teacher_record: dict[str, Any], cfg: DistillParams) -> dict[str, Any]:
+    """The run's raw manifest with the distilled training split's rows and where they came from."""
+    rows = {d: f["translated"] + f["references"] for d, f in per_direction.items()}
+    manifest["splits"]["train"] = sum(rows.values())
+    manifest["rows_per_direction"]["train"] = rows
+    # No timings or thread counts: the same teacher and sources give the same data/student/raw, so nothing after
+    # it reruns.
+    counts = {d: {k: v for k, v in f.items() if k not in ("seconds", "sentences_per_s")}
+              for d, f in per_direction.items()}
+    manifest["distillation"] = {"teacher": {k: v for k, v in teacher_record.items() if k != "threads"},
+                                "original_ratio": cfg.original_ratio, "seed": cfg.seed, "directions": counts}
+    return manifest
 
 
 def run_or_note(params: Params, paths: Paths) -> dict[str, Any]:

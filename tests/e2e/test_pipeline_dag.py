@@ -154,3 +154,19 @@ def test_exp_run_with_a_param_override_records_bleu(project):
     change = diff["metrics/eval.json"]["test.en-de.bleu"]
     assert change["new"] == bleu
     assert change["diff"] == pytest.approx(change["new"] - change["old"])
+
+
+def test_another_runs_export_as_teacher_is_a_dependency_of_the_distillation(project, tmp_path):
+    # distill.teacher names the export directory; dvc.yaml makes it distill's dependency (`${distill.teacher}`),
+    # so replacing or retraining a teacher outside this project reruns the distillation, as this run's export does.
+    teacher = tmp_path / "teacher-export"
+    shutil.copytree(project / "models/export", teacher)
+    set_params(project, {"distill": {"teacher": str(teacher)}})
+    dvc(project, "repro")
+    assert dvc(project, "status").stdout.strip().startswith("Data and pipelines are up to date")
+    (teacher / "export.json").write_text((teacher / "export.json").read_text() + "\n")
+    changed = json.loads(dvc(project, "status", "--json").stdout)
+    assert list(changed) == ["distill"], changed
+    assert {"changed deps": {str(teacher): "modified"}} in changed["distill"], changed
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]["distill"]
+    assert str(teacher) in [d["path"] for d in lock["deps"]]

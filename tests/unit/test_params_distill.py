@@ -89,3 +89,12 @@ def test_a_student_larger_than_an_external_teacher_stops_check_params(tmp_path):
     with pytest.raises(PipelineError, match=r"distill\.model \(preset student.*not smaller than distill\.teacher"):
         check_teacher(with_teacher(teacher))
     check_teacher(with_teacher(teacher, model=SMALL_STUDENT))
+
+
+def test_the_teacher_is_this_runs_export_unless_another_directory_is_named(tmp_path):
+    assert parse({}).distill.teacher == "models/export"
+    assert parse({"distill": {"teacher": "./models/export"}}).distill.external_teacher is None
+    assert parse({"distill": {"teacher": str(tmp_path)}}).distill.external_teacher == str(tmp_path)
+    # dvc.yaml interpolates the path into distill's deps, where null has no meaning: refused naming the key.
+    with pytest.raises(ParamsError, match=r"distill\.teacher"):
+        parse({"distill": {"teacher": None}})
