@@ -299,7 +299,7 @@ def compute_bound(flops: float, results: dict[str, dict[str, Any]], threads: int
     `generate` would need for the same FLOPs: whether the goal is reachable by removing overhead at all."""
     from bench.train_throughput import matmul_peak
 
-    peak = matmul_peak(threads)
+    peak = matmul_peak(threads, "fp32")
     achieved = flops / results["onnx"]["seconds"]
     needed = flops / (results["generate"]["seconds"] / GOAL_ONNX_SPEEDUP)
     print(f"\nfp32 ONNX path: {flops / 1e9:.0f} GFLOP of encoder + decoder calls (from their shapes) in "
@@ -340,10 +340,12 @@ def main() -> None:
             sys.exit(f"{path} not found: train and export a model first (`dvc repro`), or pass --model/--export")
 
     from pipeline.runtime.languages import UnknownDirection
+    from pipeline.runtime.model_languages import ModelLanguages
 
     manifest = ExportManifest.read(export_dir)
     try:
-        args.direction = manifest.pairs.find(args.src, args.tgt)
+        # The model's directions are its languages.json's (the export manifest names none since version 7).
+        args.direction = ModelLanguages.read(export_dir).directions.find(args.src, args.tgt)
     except UnknownDirection as err:
         sys.exit(f"{export_dir}: {err} (--tgt, --src)")
 

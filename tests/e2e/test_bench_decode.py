@@ -1,0 +1,40 @@
+"""bench/decode.py runs as bench/README.md prints it: every path on a real export (the tiny model's, every format),
+with a student beside the teacher, and its last line is one JSON object with every figure and goal. The figures
+themselves are the bench's business, measured on a quiet machine; this only keeps the command working."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import MULTI30K, REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_decode_bench_prints_every_path_and_the_students_goals(exported):
+    if not (MULTI30K / "test_2016_flickr.en.gz").exists():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    paths, _ = exported
+    # The same export as teacher and student: the command's own paths, not the figures, are under test.
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "decode.py"), "--model", str(paths.final_model), "--export",
+         str(paths.export), "--student", str(paths.export), "--limit", "6", "--skip", "onnx-1x2"],
+        capture_output=True, text=True, timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": ""}, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    measured = set(figures["paths"])
+    assert {"generate", "onnx", "onnx-int8", "student-onnx", "student-int8"} <= measured
+    if importlib.util.find_spec("ctranslate2") is not None:  # the export has its CTranslate2 model then
+        assert "ctranslate2" in measured
+    assert figures["sentences"] == 6 and figures["direction"] == "en-de"
+    for path in measured:
+        assert figures["paths"][path]["sentences_per_s"] > 0
+    # One export as both: the student's graphs translate as the teacher's do.
+    assert figures["paths"]["student-int8"]["bleu"] == figures["paths"]["onnx-int8"]["bleu"]
+    assert {"student_int8_at_least_3x_teacher_int8", "student_bleu_within_1_of_teacher"} <= set(figures["goals"])
+    assert figures["compute_bound"]["matmul_peak_gflops_per_s"] > 0
