@@ -98,19 +98,18 @@ class DirectionRun:
     direction: Direction
     references: np.ndarray
     pending: list[pa.Table] = field(default_factory=list)
-    pending_rows: int = 0
     sources: int = 0
     empty: int = 0
     seconds: float = 0.0
 
-    def add(self, rows: pa.Table) -> None:
-        self.pending.append(rows)
-        self.pending_rows += len(rows)
+    @property
+    def pending_rows(self) -> int:
+        return sum(len(t) for t in self.pending)
 
     def flush(self, teacher: Any, beam: int, digest: str, total: int) -> tuple[pa.Table, pa.Table]:
         """The waiting sources translated: (the distilled rows, the original pairs chosen among them)."""
         rows = pa.concat_tables(self.pending)
-        self.pending, self.pending_rows = [], 0
+        self.pending = []
         began = time.perf_counter()
         hyps = teacher.translate(rows.column("src").to_pylist(), beam=beam, tgt=self.direction.tgt,
                                  src=self.direction.src)
@@ -171,7 +170,7 @@ def distill_split(train: pq.ParquetFile, teacher: Any, directions: Directions, c
                 labels = np.array(directions_of(batch), dtype=object)
                 for name, run in runs.items():
                     if (mine := labels == name).any():
-                        run.add(rows.filter(pa.array(mine)))
+                        run.pending.append(rows.filter(pa.array(mine)))
                     if run.pending_rows >= CHUNK:
                         flush(name)
             for name, run in runs.items():
