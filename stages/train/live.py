@@ -61,6 +61,14 @@ class SystemFigures:
         return figures
 
 
+def _live_without_git(live_class: Any, directory: Path, options: dict[str, Any]) -> Any:
+    """A Live that does not look for the DVC repository (and so for Git): what DVCLive does outside one."""
+    from unittest import mock
+
+    with mock.patch("dvclive.live.get_dvc_repo", return_value=None):
+        return live_class(str(directory), **options)
+
+
 class Logger:
     """DVCLive on rank 0 when it is installed; plain logging always."""
 
@@ -76,7 +84,17 @@ class Logger:
         # dvcyaml=None: dvc.yaml declares the plots itself; DVCLive must not rewrite it during `dvc repro`.
         # resume=False: start clean; a resumed run then replays what its checkpoint holds (steps after it were
         # never saved).
-        self.live = Live(str(directory), dvcyaml=None, save_dvc_exp=False, report=None, resume=False)
+        options = dict(dvcyaml=None, save_dvc_exp=False, report=None, resume=False)
+        from scmrepo.exceptions import SCMError
+
+        try:
+            self.live = Live(str(directory), **options)
+        except SCMError as err:
+            # DVCLive 3.x asks Git for the HEAD commit before it checks that there is one, so in a repository
+            # that has none yet (`git init`, no commit: DVC itself runs there) it raises "Empty git repo".
+            # Its experiment tracking needs a commit; the curves do not, so they are written without it.
+            log.warning("DVCLive: %s (no commit yet): curves are written without DVC experiment tracking", err)
+            self.live = _live_without_git(Live, directory, options)
 
     def replay(self, history: list[dict[str, float]]) -> None:
         """Write the rows a checkpoint carries, the curves of the run up to it."""
