@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import Paths, atomic_path, write_json
+from pipeline.cpu_features import int8_dot_products_saturate
 from pipeline.errors import MissingArtifact, ParityFailed
 from pipeline.params import ExportParams, Params
 from pipeline.run_figures import largest_graph_diff
@@ -172,7 +173,8 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             log.info("checking parity on %d sentences of %s (%s)", n_sentences, ", ".join(directions.names),
                      ", ".join(files))
             metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, pairs)
-            failed = gate_message(metrics, settings, start_row_norm(model, special_ids.pad))
+            failed = gate_message(metrics, settings, start_row_norm(model, special_ids.pad),
+                                  int8_dot_products_saturate())
             if failed:
                 raise ParityFailed(failed)  # inside atomic_path: nothing is published
             _add_costs(metrics, files, timings, out, settings)

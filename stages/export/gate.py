@@ -57,29 +57,36 @@ def ctranslate2_failures(report: dict[str, Any], thresholds: ExportParams) -> li
     return failures
 
 
-def ctranslate2_fix(quantization: str, start_row_norm: float | None) -> str:
+def ctranslate2_fix(quantization: str, start_row_norm: float | None, int8_saturates: bool = False) -> str:
     """What to do when the CTranslate2 model fails the gate. `start_row_norm`: the norm of the <pad> embedding row
-    a Marian model decodes from (None for the other families), which CTranslate2 replaces with a zero vector."""
+    a Marian model decodes from (None for the other families), which CTranslate2 replaces with a zero vector.
+    `int8_saturates`: this is an x86 CPU without VNNI (pipeline.cpu_features), where an int8 model that passes
+    elsewhere may fail: the message says so, so that a failure on one machine is not taken for a broken model."""
     if start_row_norm:
         return (f"models/final is a Marian model whose <pad> embedding row, the one its decoder starts from, is not "
                 f"zero (norm {start_row_norm:.3g}), while CTranslate2 starts Marian's decoder from a zero vector: "
                 "train it again (`dvc repro train`), which keeps that row at zero")
     if quantization != "float32":
-        return (f"CTranslate2 runs the model in {quantization}, which changes some outputs: convert it in float32 "
-                "(export.ctranslate2_quantization), or loosen export.ctranslate2_min_identical / "
+        cpu = ""
+        if int8_saturates and "int8" in quantization:
+            cpu = (" (and more on this CPU: an x86 CPU without VNNI, whose int8 dot products saturate, so the same "
+                   "model may pass on one with AVX512-VNNI or AVX-VNNI)")
+        return (f"CTranslate2 runs the model in {quantization}, which changes some outputs{cpu}: convert it in "
+                "float32 (export.ctranslate2_quantization), or loosen export.ctranslate2_min_identical / "
                 "export.ctranslate2_max_bleu_delta")
     return "CTranslate2's converter does not reproduce this model: export without it (export.ctranslate2: false)"
 
 
-def gate_message(report: dict[str, Any], thresholds: ExportParams, start_row_norm: float | None) -> str | None:
-    """The ParityFailed message: every direction's broken thresholds, and what to do about CTranslate2's; None
-    when the gate passes."""
+def gate_message(report: dict[str, Any], thresholds: ExportParams, start_row_norm: float | None,
+                 int8_saturates: bool = False) -> str | None:
+    """The ParityFailed message: every direction's broken thresholds, and what to do about CTranslate2's
+    (ctranslate2_fix); None when the gate passes."""
     failures = direction_failures(report, thresholds)
     if not failures:
         return None
     message = "parity gate failed: " + "; ".join(failures)
     if any(ctranslate2_failures(direction, thresholds) for direction in report["directions"].values()):
-        message += ". " + ctranslate2_fix(thresholds.ctranslate2_quantization, start_row_norm)
+        message += ". " + ctranslate2_fix(thresholds.ctranslate2_quantization, start_row_norm, int8_saturates)
     return message
 
 

@@ -38,3 +38,24 @@ def test_the_decode_bench_prints_every_path_and_the_students_goals(exported):
     assert figures["paths"]["student-int8"]["bleu"] == figures["paths"]["onnx-int8"]["bleu"]
     assert {"student_int8_at_least_3x_teacher_int8", "student_bleu_within_1_of_teacher"} <= set(figures["goals"])
     assert figures["compute_bound"]["matmul_peak_gflops_per_s"] > 0
+
+
+def test_the_decode_profile_sums_every_graphs_node_time_by_operator(exported):
+    if not (MULTI30K / "test_2016_flickr.en.gz").exists():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    paths, _ = exported
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "decode_profile.py"), "--export", str(paths.export), str(paths.export),
+         "--int8", "--limit", "6"],
+        capture_output=True, text=True, timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": ""}, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["sentences"] == 6 and len(figures["exports"]) == 2
+    for export in figures["exports"]:
+        assert export["int8"] and 0 < export["inside_ort_share"] <= 1
+        for graph in ("encoder", "decoder"):
+            ops = export[graph]["ops"]
+            assert export[graph]["runs"] >= 1 and export[graph]["node_ms"] > 0
+            assert sum(op["share"] for op in ops.values()) == pytest.approx(1, abs=0.01)
+        # The int8 decoder's matmuls are the quantised ones.
+        assert "MatMulIntegerToFloat" in export["decoder"]["ops"] or "DynamicQuantizeMatMul" in export["decoder"]["ops"]

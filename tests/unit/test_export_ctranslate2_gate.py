@@ -83,6 +83,15 @@ def test_the_fix_names_a_nonzero_pad_row_else_the_quantisation_else_the_converte
     assert "export.ctranslate2: false" in ctranslate2_fix("float32", None)
 
 
+def test_on_an_x86_cpu_without_vnni_the_int8_fix_says_the_cpu_is_part_of_it():
+    for quantization in ("int8", "int8_float32"):
+        assert "an x86 CPU without VNNI" in ctranslate2_fix(quantization, None, int8_saturates=True)
+        assert "VNNI" not in ctranslate2_fix(quantization, None, int8_saturates=False)
+    assert "VNNI" not in ctranslate2_fix("float16", None, int8_saturates=True)
+    report = {"directions": {"en-de": direction_report(0.6, -2.0)}}
+    assert "an x86 CPU without VNNI" in gate_message(report, thresholds(ctranslate2_quantization="int8"), None, True)
+
+
 # --------------------------------------------------------------------------------------------------- the rows
 
 
