@@ -2,12 +2,12 @@
 test_2016_flickr, summed by operator type, for one or more export directories side by side (a teacher and its
 distilled student, fp32 or int8 graphs).
 
-One ONNX Runtime thread and one batch at a time (`threads=1`), so a node's time is its own and not another
-batch's: the shares are what each kind of work costs, not the 2-thread speed bench/decode.py measures. Per export
-and graph precision: the wall time of the whole translation, the share spent inside ONNX Runtime's encoder and
-decoder runs (the rest is the numpy beam search, tokenisation and the Python between calls), and per operator
-type its milliseconds, its share of the node time, and the node time per decoder call. ONNX Runtime adds
-a few percent of overhead when profiling, the same for every export.
+One ONNX Runtime thread and one batch at a time (`threads=1`, otherwise the Translator's own session settings), so
+a node's time is its own and not another batch's: the shares are what each kind of work costs, not the 2-thread
+speed bench/decode.py measures (the profiler adds its own cost to every node, so the wall time here is not a speed
+figure either). Per export and graph precision: the wall time of the whole translation, the share of it spent
+inside ONNX Runtime's encoder and decoder runs (the rest is the numpy beam search, tokenisation and the Python
+between calls), and per operator type its milliseconds, its share of the node time, and the node time per run.
 
     .venv/bin/python bench/decode_profile.py --export models/export models/student/export --int8
     .venv/bin/python bench/decode_profile.py --export models/export --limit 200
@@ -34,22 +34,6 @@ TEST_SET = "test_2016_flickr"
 TOP_OPS = 12
 
 
-def profiled_session(path: Path, profile_dir: Path, prefix: str) -> Any:
-    """One-thread session over `path` with ONNX Runtime's profiler on, as the Translator builds its sessions."""
-    import onnxruntime as ort
-
-    from pipeline.runtime.translate import DISABLED_OPTIMIZERS
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    options.enable_profiling = True
-    options.profile_file_prefix = str(profile_dir / prefix)
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=DISABLED_OPTIMIZERS)
-
-
 def node_times(trace_file: str) -> tuple[dict[str, float], int, float]:
     """(microseconds per operator type, the number of runs, microseconds inside runs) from a profile trace."""
     events = json.loads(Path(trace_file).read_text())
@@ -64,17 +48,18 @@ def node_times(trace_file: str) -> tuple[dict[str, float], int, float]:
     return dict(by_op), runs, run_us
 
 
-def profile_export(export_dir: Path, int8: bool, sources: list[str], beam: int, workdir: Path) -> dict[str, Any]:
-    from pipeline.runtime.translate import Translator
+def profile_export(export_dir: Path, int8: bool, sources: list[str], beam: int, trace_prefix: Path
+                   ) -> dict[str, Any]:
+    """One export's profile: its Translator's sessions replaced by profiling ones over the same graphs (the
+    model's sessions are plain attributes). Their first call, with its allocations, is in the profile: ONNX
+    Runtime starts profiling when a session is created."""
+    from pipeline.runtime.translate import Translator, ort_session
 
     translator = Translator(export_dir, int8=int8, threads=1)
-    translator.translate(sources[:8], beam=beam)  # warm-up, outside the profile
     graphs = translator.manifest.onnx_graphs(int8)
-    # The same graphs in sessions that profile: the model's sessions are plain attributes.
     model = translator.model
-    tag = f"{len(list(workdir.iterdir()))}-{'int8' if int8 else 'fp32'}"
-    model.encoder = profiled_session(export_dir / graphs["encoder"], workdir, f"{tag}-encoder")
-    model.decoder = profiled_session(export_dir / graphs["decoder"], workdir, f"{tag}-decoder")
+    model.encoder = ort_session(export_dir / graphs["encoder"], 1, f"{trace_prefix}-encoder")
+    model.decoder = ort_session(export_dir / graphs["decoder"], 1, f"{trace_prefix}-decoder")
     start = time.perf_counter()
     translator.translate(sources, beam=beam)
     wall = time.perf_counter() - start
@@ -122,8 +107,8 @@ def main() -> None:
         sources = [line.rstrip("\r\n") for line in f][: args.limit]
     results = []
     with tempfile.TemporaryDirectory() as workdir:
-        for export_dir in args.export:
-            figures = profile_export(export_dir, args.int8, sources, args.beam, Path(workdir))
+        for number, export_dir in enumerate(args.export):
+            figures = profile_export(export_dir, args.int8, sources, args.beam, Path(workdir) / str(number))
             print_profile(figures)
             results.append(figures)
     print(json.dumps({"test_set": TEST_SET, "sentences": len(sources), "beam": args.beam, "threads": 1,

@@ -84,13 +84,18 @@ DEFAULT_MAX_TOKENS = 6000
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 
-def ort_session(path: Path, threads: int = DEFAULT_THREADS) -> Any:
+def ort_session(path: Path, threads: int = DEFAULT_THREADS, profile_prefix: str | None = None) -> Any:
+    """A CPU session over the graph at `path`, `threads` intra-op threads. `profile_prefix`: ONNX Runtime's
+    profiler on, its trace written to `<profile_prefix>_<time>.json` by end_profiling() (bench/decode_profile.py)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=DISABLED_OPTIMIZERS)
 

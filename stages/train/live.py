@@ -91,8 +91,11 @@ class Logger:
             self.live = Live(str(directory), **options)
         except SCMError as err:
             # DVCLive 3.x asks Git for the HEAD commit before it checks that there is one, so in a repository
-            # that has none yet (`git init`, no commit: DVC itself runs there) it raises "Empty git repo".
-            # Its experiment tracking needs a commit; the curves do not, so they are written without it.
+            # that has none yet (`git init`, no commit: DVC itself runs there) it raises "Empty git repo"
+            # (treeverse/dvclive#522). Its experiment tracking needs a commit; the curves do not, so they are
+            # written without it. Any other Git error is not this one and is raised as it came.
+            if "Empty git repo" not in str(err):
+                raise
             log.warning("DVCLive: %s (no commit yet): curves are written without DVC experiment tracking", err)
             self.live = _live_without_git(Live, directory, options)
 
