@@ -27,8 +27,10 @@ rate it ran at as a share of an fp32 matmul peak measured in the same run (bench
 rate 5x `generate` would need for the same FLOPs.
 
 With --student EXPORT (a distilled student's models/student/export), the student's ONNX graphs decode the same
-sentences in the same run (student-onnx, student-int8), and two more goals are printed: the student's int8 at
-least 3x the teacher's int8 sentences/s, and its BLEU at least the teacher's (`generate`) - 1.0.
+sentences in the same run (student-onnx, student-int8, and student-int8-shortlist where it has a lexical shortlist,
+export.shortlist), and two more goals are printed per student int8 path: at least 3x the teacher's int8
+sentences/s (over its whole vocabulary), and BLEU at least the teacher's (`generate`) - 1.0. A teacher export with
+a shortlist adds onnx-int8-shortlist. Every other ONNX path ranks the whole vocabulary.
 
 Goals, printed with PASS/MISS and asserted nowhere: the ONNX paths (fp32 and int8, each) at least 5x `generate`;
 every path's BLEU within 0.2 of `generate` (the student's aside). A table first, then, as the last line, one JSON
@@ -64,7 +66,7 @@ GOAL_ONNX_SPEEDUP = 5.0
 GOAL_BLEU_DELTA = 0.2
 GOAL_STUDENT_SPEEDUP = 3.0  # the student's int8 against the teacher's int8
 GOAL_STUDENT_BLEU_LOSS = 1.0  # the student's BLEU at least the teacher's minus this
-STUDENT_PATHS = ("student-onnx", "student-int8")
+STUDENT_PATHS = ("student-onnx", "student-int8", "student-int8-shortlist")
 WARMUP_SENTENCES = 8
 
 
@@ -144,14 +146,15 @@ class FlopCounter:
         model.encode, model.decode = counted_encode, counted_decode
 
 
-def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: bool = False
-              ) -> tuple[Callable, FlopCounter]:
-    """The Translator as `mtpipe translate` runs it: args.threads batches at once, one ONNX Runtime thread each.
-    intra_op: one batch at a time, each graph op split over args.threads threads (for the comparison)."""
+def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: bool = False,
+              shortlist: bool = False) -> tuple[Callable, FlopCounter]:
+    """The Translator as `mtpipe translate` runs it: args.threads batches at once, one ONNX Runtime thread each,
+    over the whole vocabulary unless `shortlist` (the export's lexical shortlist). intra_op: one batch at a time,
+    each graph op split over args.threads threads (for the comparison)."""
     from pipeline.runtime.translate import OnnxSeq2Seq, Translator
 
     translator = Translator(export_dir, int8=int8, threads=1 if intra_op else args.threads,
-                            max_tokens=args.max_tokens)
+                            max_tokens=args.max_tokens, shortlist=shortlist)
     if intra_op:
         graphs = translator.manifest.onnx_graphs(int8)
         translator.model = OnnxSeq2Seq(export_dir / graphs["encoder"], export_dir / graphs["decoder"], args.threads)
@@ -270,7 +273,10 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
     print(f"  every path's BLEU within {GOAL_BLEU_DELTA} of generate: largest change "
           f"{worst['bleu_delta_vs_generate']:+.2f} {'PASS' if goals['every_bleu_within_0.2_of_generate'] else 'MISS'}")
     if "student-int8" in results and "onnx-int8" in results:
-        goals.update(student_goals(results))
+        goals.update(student_goals(results, "student-int8"))
+    if "student-int8-shortlist" in results and "onnx-int8" in results:
+        goals.update({f"{name}_shortlist": met
+                      for name, met in student_goals(results, "student-int8-shortlist").items()})
     for r in results.values():
         del r["hyps"]
     return {"test_set": TEST_SET, "direction": str(args.direction), "sentences": n, "beam": args.beam,
@@ -278,17 +284,18 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
             "notes": notes, "goals": goals, "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
 
 
-def student_goals(results: dict[str, dict[str, Any]]) -> dict[str, bool]:
-    """The distilled student against its teacher, both measured above: int8 speed and BLEU."""
-    student, teacher_int8, teacher = results["student-int8"], results["onnx-int8"], results["generate"]
+def student_goals(results: dict[str, dict[str, Any]], path: str) -> dict[str, bool]:
+    """The distilled student (`path`: its int8 path, with or without its shortlist) against its teacher's int8
+    over the whole vocabulary, both measured above: speed and BLEU."""
+    student, teacher_int8, teacher = results[path], results["onnx-int8"], results["generate"]
     speedup = student["sentences_per_s"] / teacher_int8["sentences_per_s"]
     loss = teacher["bleu"] - student["bleu"]
     goals = {"student_int8_at_least_3x_teacher_int8": speedup >= GOAL_STUDENT_SPEEDUP,
              "student_bleu_within_1_of_teacher": loss <= GOAL_STUDENT_BLEU_LOSS}
-    print(f"  student int8 >= {GOAL_STUDENT_SPEEDUP:g}x teacher int8: {student['sentences_per_s']:.1f} / "
+    print(f"  {path} >= {GOAL_STUDENT_SPEEDUP:g}x teacher int8: {student['sentences_per_s']:.1f} / "
           f"{teacher_int8['sentences_per_s']:.1f} sent/s = {speedup:.2f}x "
           f"{'PASS' if goals['student_int8_at_least_3x_teacher_int8'] else 'MISS'}")
-    print(f"  student int8 BLEU >= teacher (generate) - {GOAL_STUDENT_BLEU_LOSS:g}: {student['bleu']:.2f} against "
+    print(f"  {path} BLEU >= teacher (generate) - {GOAL_STUDENT_BLEU_LOSS:g}: {student['bleu']:.2f} against "
           f"{teacher['bleu']:.2f} ({-loss:+.2f}) {'PASS' if goals['student_bleu_within_1_of_teacher'] else 'MISS'}")
     student["speedup_vs_teacher_int8"] = round(speedup, 2)
     return goals
@@ -364,7 +371,12 @@ def main() -> None:
     if manifest.onnx_graphs(int8=True) is not None and "onnx-int8" not in args.skip:
         results["onnx-int8"] = measure("onnx-int8", onnx_path(export_dir, args, int8=True)[0], sources, refs,
                                        tokenizer, args.repeat)
-        notes["onnx-int8"] = "int8 graphs (dynamic quantisation), as mtpipe translate --int8"
+        notes["onnx-int8"] = "int8 graphs (dynamic quantisation), as mtpipe translate --int8 --no-shortlist"
+        if manifest.shortlisted_decoder(int8=True) is not None:
+            results["onnx-int8-shortlist"] = measure("onnx-int8-shortlist",
+                                                     onnx_path(export_dir, args, int8=True, shortlist=True)[0],
+                                                     sources, refs, tokenizer, args.repeat)
+            notes["onnx-int8-shortlist"] = "int8 graphs with the export's lexical shortlist (export.shortlist)"
     import importlib.util
 
     if "ctranslate2" in args.skip:
@@ -377,10 +389,14 @@ def main() -> None:
                                                                Path(workdir))
             results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
     if args.student is not None:
-        for name, int8 in zip(STUDENT_PATHS, (False, True), strict=True):
-            results[name] = measure(name, onnx_path(args.student, args, int8=int8)[0], sources, refs, tokenizer,
-                                    args.repeat)
-            notes[name] = f"{args.student}, {'int8' if int8 else 'fp32'} graphs, as onnx above (the student)"
+        shortlisted = ExportManifest.read(args.student).shortlisted_decoder(int8=True) is not None
+        for name, int8, shortlist in zip(STUDENT_PATHS, (False, True, True), (False, False, True), strict=True):
+            if shortlist and not shortlisted:
+                continue
+            results[name] = measure(name, onnx_path(args.student, args, int8=int8, shortlist=shortlist)[0], sources,
+                                    refs, tokenizer, args.repeat)
+            notes[name] = (f"{args.student}, {'int8' if int8 else 'fp32'} graphs, "
+                           f"{'with its shortlist' if shortlist else 'the whole vocabulary'} (the student)")
     figures = report(results, args, len(sources), notes)
     figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)
     print(json.dumps(figures))

@@ -556,11 +556,21 @@ class ExportParams(_Section):
     # some outputs (a float32 conversion can be held to min_identical / max_bleu_delta).
     ctranslate2_min_identical: float = Field(0.8, ge=0, le=1)
     ctranslate2_max_bleu_delta: float = Field(1.0, ge=0)
+    # A lexical shortlist from the training pairs and a decoder graph that ranks each sentence's next token among
+    # its shortlist only (pipeline/runtime/shortlist.py): `mtpipe translate` decodes with it unless --no-shortlist.
+    # Its BLEU against the full decoder is reported in metrics/export.json (`shortlist`), not gated.
+    shortlist: bool = False
+    # Target ids each source id may bring into its sentence's shortlist, likeliest first (IBM Model 1).
+    shortlist_per_source: int = Field(20, ge=1)
+    # The most frequent target ids, which every sentence's shortlist holds (with </s>).
+    shortlist_frequent: int = Field(100, ge=1)
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> ExportParams:
         if self.int8 and not self.onnx:
             raise ValueError("int8 quantises the ONNX graphs: it needs onnx: true")
+        if self.shortlist and not self.onnx:
+            raise ValueError("shortlist adds a decoder to the ONNX graphs: it needs onnx: true")
         return self
 
 

@@ -12,6 +12,11 @@ next-token candidates a beam needs, and the manifest `export.json` as a typed, v
                         best first, with their log-softmax (<pad> may be among them: a search drops it),
                      present_self_key_0, present_self_value_0, ... (rows, past_len + new_len long)
 
+    decoder.shortlist.onnx   (export.shortlist) the decoder ranking each sentence's shortlist only:
+                  decoder.onnx's inputs with shortlist (batch, width) int64 after cache_rows: each sentence's
+                     target ids, <pad> after its last (pipeline/runtime/shortlist.py, whose shortlist.npz lies beside)
+                  -> next_log_probs, next_ids (rows, candidates), present self cache (no logits)
+
 Caches are one tensor per decoder layer and kind, shaped (rows, heads, length, head_dim); `batch` counts
 sentences, `rows` hypotheses: sentences x beams, the beams of sentence s at rows s * beam ... s * beam + beam - 1.
 The int8 graphs (`*.int8.onnx`) have the same names; the legacy TorchScript graphs (`*.ts.pt`) have no cache.
@@ -57,6 +62,10 @@ ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
 TORCHSCRIPT_FILES = {"encoder": "encoder.ts.pt", "decoder": "decoder.ts.pt"}
 CTRANSLATE2_DIR = "ctranslate2"
+# The manifest's `files.shortlist`: the table and the shortlisted decoder of each ONNX precision exported.
+SHORTLIST_FILES = {"table": "shortlist.npz", "onnx": "decoder.shortlist.onnx",
+                   "onnx_int8": "decoder.shortlist.int8.onnx"}
+SHORTLIST_INPUT = "shortlist"
 
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 DECODER_FIRST_INPUTS = ("decoder_input_ids", "encoder_attention_mask", "cache_rows")
@@ -91,6 +100,14 @@ def decoder_inputs(layers: int) -> list[str]:
 
 def decoder_outputs(layers: int) -> list[str]:
     return [*DECODER_FIRST_OUTPUTS, *cache_names("present_self", layers)]
+
+
+def shortlisted_decoder_inputs(layers: int) -> list[str]:
+    return [*DECODER_FIRST_INPUTS, SHORTLIST_INPUT, *cache_names("self", layers), *cache_names("cross", layers)]
+
+
+def shortlisted_decoder_outputs(layers: int) -> list[str]:
+    return decoder_outputs(layers)[1:]
 
 
 class ExportDirError(PipelineError):
@@ -150,6 +167,13 @@ class ExportManifest:
     def onnx_graphs(self, int8: bool = False) -> Mapping[str, str] | None:
         """{graph: file name} of the fp32 (or int8) ONNX graphs; None when they were not exported."""
         return self.files.get("onnx_int8" if int8 else "onnx")
+
+    def shortlisted_decoder(self, int8: bool = False) -> tuple[str, str] | None:
+        """(shortlist table, shortlisted decoder graph) file names for the fp32 (or int8) graphs; None when the
+        export has no shortlist (export.shortlist: false, or an export from before it)."""
+        shortlist = self.files.get("shortlist") or {}
+        graph = shortlist.get("onnx_int8" if int8 else "onnx")
+        return None if graph is None else (shortlist["table"], graph)
 
     def to_json(self) -> dict[str, Any]:
         layers = self.dims.decoder_layers

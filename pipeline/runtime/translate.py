@@ -29,6 +29,11 @@ empty (past_len 0) cache. The decoder also returns each row's best next tokens f
 (ONNX Runtime's TopK is much faster than numpy over the vocabulary); searching asks for those and the caches only,
 so the full logits are neither copied out nor sorted. The first step feeds the whole decoder prefix at once.
 
+An export with a lexical shortlist (export.shortlist; pipeline/runtime/shortlist.py) is decoded with its shortlisted
+decoder unless `shortlist=False`: each sentence's next token is ranked among the target ids its source makes likely,
+which a small student decodes markedly faster with (bench/README.md), at the BLEU the export's metrics report. A
+beam wider than the graphs were exported for falls back to the full decoder, which ranks from the logits.
+
 Decoding defaults (beam, length penalty, length rule) are the manifest's `generation` block: the evaluate stage's
 settings, so a translation here is the one the evaluate stage scored.
 
@@ -44,6 +49,7 @@ import logging
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -57,13 +63,17 @@ from pipeline.runtime.export_format import (
     DECODER_FIRST_OUTPUTS,
     ENCODER_INPUTS,
     MANIFEST,
+    SHORTLIST_INPUT,
     ExportDirError,
     ExportManifest,
     cache_names,
+    candidates_for_beam,
     decoder_inputs,
+    shortlisted_decoder_inputs,
 )
 from pipeline.runtime.languages import Direction
 from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
+from pipeline.runtime.shortlist import Shortlist
 from pipeline.runtime.text_pieces import MarianSentencePiece, TextPieces, TokenizerFilesError, text_pieces
 
 # MarianSentencePiece lived here before pipeline.runtime.text_pieces: callers still import it from this module.
@@ -100,33 +110,53 @@ def ort_session(path: Path, threads: int = DEFAULT_THREADS, profile_prefix: str 
                                 disabled_optimizers=DISABLED_OPTIMIZERS)
 
 
-class OnnxSeq2Seq:
-    """The encoder and KV-cached decoder sessions, called with numpy arrays."""
+@dataclass(frozen=True)
+class BatchShortlist:
+    """What a shortlisted decoder needs besides its graph: the table, and the id that pads a sentence's list."""
 
-    def __init__(self, encoder_path: Path, decoder_path: Path, threads: int = DEFAULT_THREADS):
+    table: Shortlist
+    pad_id: int
+
+
+class OnnxSeq2Seq:
+    """The encoder and KV-cached decoder sessions, called with numpy arrays.
+
+    With `shortlist`, the decoder is a shortlisted one (decoder.shortlist.onnx): `encode` returns each sentence's
+    shortlist after its cross cache, as one more per-sentence array that the search carries (and drops with a
+    finished sentence) like the cross cache, and `decode` feeds it to the graph."""
+
+    def __init__(self, encoder_path: Path, decoder_path: Path, threads: int = DEFAULT_THREADS,
+                 shortlist: BatchShortlist | None = None):
+        self.encoder_path, self.decoder_path = encoder_path, decoder_path
         self.encoder = ort_session(encoder_path, threads)
         self.decoder = ort_session(decoder_path, threads)
+        self.shortlist = shortlist
         inputs = self.decoder.get_inputs()
         self.layers = sum(i.name.startswith("self_key_") for i in inputs)
         names = [i.name for i in inputs]
-        if not self.layers or names != decoder_inputs(self.layers):
+        expected = shortlisted_decoder_inputs if shortlist else decoder_inputs
+        if not self.layers or names != expected(self.layers):
             raise ExportDirError(
-                f"{decoder_path} has inputs {names}, not a KV-cached decoder's: export it again with this version "
-                "(`dvc repro export`)"
+                f"{decoder_path} has inputs {names}, not a KV-cached {'shortlisted ' if shortlist else ''}decoder's: "
+                "export it again with this version (`dvc repro export`)"
             )
         # (heads, head_dim) of the caches, from the graph's static dims.
-        _, heads, _, head_dim = inputs[len(DECODER_FIRST_INPUTS)].shape
+        _, heads, _, head_dim = inputs[names.index("self_key_0")].shape
         self.heads, self.head_dim = int(heads), int(head_dim)
         self.self_cache_names = cache_names("self", self.layers)
         self.cross_cache_names = cache_names("cross", self.layers)
-        # What a search step reads: the outputs after `logits`.
-        self.search_outputs = [*DECODER_FIRST_OUTPUTS[1:], *cache_names("present_self", self.layers)]
+        outputs = [o.name for o in self.decoder.get_outputs()]
+        # What a search step reads: every output but `logits`.
+        self.search_outputs = [name for name in outputs if name != DECODER_FIRST_OUTPUTS[0]]
         # Next-token candidates per row the graph returns (a static dim).
-        self.candidates = int(self.decoder.get_outputs()[DECODER_FIRST_OUTPUTS.index("next_ids")].shape[1])
+        self.candidates = int(self.decoder.get_outputs()[outputs.index("next_ids")].shape[1])
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, Cache]:
-        """(last_hidden_state, cross cache)."""
+        """(last_hidden_state, cross cache), the cross cache followed by the sentences' shortlists if shortlisted."""
         hidden, *cross = self.encoder.run(None, dict(zip(ENCODER_INPUTS, (input_ids, attention_mask), strict=True)))
+        if self.shortlist is not None:
+            cross.append(self.shortlist.table.for_batch(input_ids, attention_mask, self.shortlist.pad_id,
+                                                        self.candidates))
         return hidden, cross
 
     def empty_cache(self, rows: int) -> Cache:
@@ -143,13 +173,17 @@ class OnnxSeq2Seq:
     ) -> DecoderStep:
         """One decoder pass. cache_rows: the self_cache row each row continues from (default: row i from row i).
         logits=False skips copying out the (rows, new_len, vocab) logits: the search needs only the next-token
-        candidates and the cache."""
+        candidates and the cache. A shortlisted decoder has no logits to give."""
         if cache_rows is None:
             cache_rows = np.arange(len(decoder_input_ids), dtype=np.int64)
         first = (decoder_input_ids, encoder_attention_mask, cache_rows)
-        feeds = {**dict(zip(DECODER_FIRST_INPUTS, first, strict=True)),
-                 **dict(zip(self.self_cache_names, self_cache, strict=True)),
-                 **dict(zip(self.cross_cache_names, cross_cache, strict=True))}
+        feeds = dict(zip(DECODER_FIRST_INPUTS, first, strict=True))
+        if self.shortlist is not None:
+            *cross_cache, feeds[SHORTLIST_INPUT] = cross_cache
+            if logits:
+                raise ValueError("a shortlisted decoder returns next-token candidates, not logits")
+        feeds.update(zip(self.self_cache_names, self_cache, strict=True))
+        feeds.update(zip(self.cross_cache_names, cross_cache, strict=True))
         if logits:
             all_logits, next_log_probs, next_ids, *present = self.decoder.run(None, feeds)
             return DecoderStep(all_logits, present, next_log_probs, next_ids)
@@ -170,6 +204,8 @@ class Translator:
     model this small most graph ops take microseconds, and splitting each of them over threads costs more in
     synchronisation than it saves (bench/decode.py measures both). The sessions are shared: ONNX Runtime runs
     concurrent calls, and the numpy search between them is short.
+
+    `shortlist`: decode with the export's lexical shortlist where it has one (see the module docstring).
     """
 
     def __init__(
@@ -180,6 +216,7 @@ class Translator:
         threads: int = DEFAULT_THREADS,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         max_input_tokens: int | None = None,
+        shortlist: bool = True,
     ):
         self.model_dir = Path(model_dir)
         self.manifest = ExportManifest.read(self.model_dir)
@@ -210,12 +247,37 @@ class Translator:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.threads = threads
-        self.model = OnnxSeq2Seq(self.model_dir / files["encoder"], self.model_dir / files["decoder"], threads=1)
         self.ids = self.manifest.special_ids
+        self.graphs = files  # {graph: file name} of the precision asked for
+        self.model = self._onnx_model(files, int8, shortlist)
+        self._full_model: OnnxSeq2Seq | None = None
         self.max_positions = self.manifest.dims.max_positions
         self.max_input_tokens = min(max_input_tokens or self.max_positions, self.max_positions)
         self.max_tokens = max_tokens
         self.generation = self.manifest.generation
+
+    def _onnx_model(self, files: Any, int8: bool, shortlist: bool) -> OnnxSeq2Seq:
+        """The sessions translating runs: over the shortlisted decoder where asked for and exported."""
+        encoder, decoder = self.model_dir / files["encoder"], self.model_dir / files["decoder"]
+        shortlisted = self.manifest.shortlisted_decoder(int8) if shortlist else None
+        if shortlisted is None:
+            return OnnxSeq2Seq(encoder, decoder, threads=1)
+        table, graph = (self.model_dir / name for name in shortlisted)
+        if not graph.is_file():
+            raise ExportDirError(f"{graph} not found (listed in {MANIFEST})")
+        return OnnxSeq2Seq(encoder, graph, threads=1, shortlist=BatchShortlist(Shortlist.read(table), self.ids.pad))
+
+    def model_for(self, beam: int) -> OnnxSeq2Seq:
+        """The sessions a search of width `beam` runs on: a shortlisted decoder returns no logits, so a beam wider
+        than its candidates serve is decoded over the whole vocabulary instead (the full decoder, loaded then)."""
+        if self.model.shortlist is None or self.model.candidates >= candidates_for_beam(beam):
+            return self.model
+        if self._full_model is None:
+            log.info("beam %d is wider than the shortlisted decoder was exported for: decoding without the shortlist",
+                     beam)
+            self._full_model = OnnxSeq2Seq(self.model_dir / self.graphs["encoder"],
+                                           self.model_dir / self.graphs["decoder"], threads=1)
+        return self._full_model
 
     def max_new_tokens(self, source_length: int, prefix_length: int = 1) -> int:
         """Most tokens a translation of a source this long (</s> included) may have after a decoder prefix this
@@ -277,12 +339,13 @@ class Translator:
         batches = token_batches([len(s) for s in sources], budget)
         # The longest-running batches start first, so the last ones to start are short and threads finish together.
         batches.sort(key=lambda batch: len(batch) * len(sources[batch[-1]]), reverse=True)
+        model = self.model_for(beam)
 
         def search(batch: list[int]) -> list[list[list[int]]]:
             rows = [sources[i] for i in batch]
             input_ids, attention_mask = pad_batch(rows, self.ids.pad)
             limits = [self.max_new_tokens(len(r), len(prefix)) for r in rows]
-            return beam_search_nbest(self.model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
+            return beam_search_nbest(model, input_ids, attention_mask, beam=beam, max_new_tokens=limits,
                                      ids=self.ids, length_penalty=penalty, decoder_prefix=prefix)
 
         out: list[list[list[int]]] = [[] for _ in sources]

@@ -210,6 +210,8 @@ def _add_translate_parser(sub: argparse._SubParsersAction) -> None:
     tr_p.add_argument("--beam", type=int, default=None, help="beam size; 1 is greedy (default: the export's)")
     tr_p.add_argument("--length-penalty", type=float, default=None, help="default: the export's")
     tr_p.add_argument("--int8", action="store_true", help="use the int8 graphs (export.int8: true)")
+    tr_p.add_argument("--no-shortlist", dest="shortlist", action="store_false",
+                      help="rank the whole vocabulary even where the export has a lexical shortlist (export.shortlist)")
     tr_p.add_argument("--threads", type=int, default=2,
                       help="batches decoded at once, one CPU thread each (default: %(default)s)")
     tr_p.add_argument(
@@ -233,7 +235,8 @@ def translate(args: argparse.Namespace) -> int:
             raise PipelineError(f"--beam must be at least 1, got {args.beam}")
         if args.threads < 1:
             raise PipelineError(f"--threads must be at least 1, got {args.threads}")
-        translator = Translator(args.model, int8=args.int8, threads=args.threads, max_tokens=args.max_tokens)
+        translator = Translator(args.model, int8=args.int8, threads=args.threads, max_tokens=args.max_tokens,
+                                shortlist=args.shortlist)
         # Before reading stdin: a direction the model does not translate is a usage error, said at once.
         direction = translator.direction(args.tgt, args.src)
         lines = read_lines(sys.stdin.buffer)

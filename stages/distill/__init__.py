@@ -74,7 +74,9 @@ def load_teacher(params: Params, paths: Paths, directions: Directions) -> Any:
             raise MissingArtifact(directory / "export.json", "export")
         raise PipelineError(f"distill.teacher {directory}: no export.json there; name a models/export directory")
     threads = (os.cpu_count() or 1) if params.distill.threads == "auto" else int(params.distill.threads)
-    teacher = Translator(directory, int8=params.distill.runtime == "onnx_int8", threads=threads)
+    # The teacher's best translations, over its whole vocabulary: a shortlist trades BLEU for speed, and the
+    # corpus is translated once.
+    teacher = Translator(directory, int8=params.distill.runtime == "onnx_int8", threads=threads, shortlist=False)
     missing = [d for d in directions.names if d not in teacher.directions.names]
     if missing:
         raise PipelineError(f"distill.teacher {directory} does not translate {', '.join(missing)} (it translates "

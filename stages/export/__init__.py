@@ -42,6 +42,7 @@ from pipeline.runtime.export_format import (
     GRAPHS,
     ONNX_FILES,
     ONNX_INT8_FILES,
+    SHORTLIST_FILES,
     TORCHSCRIPT_FILES,
 )
 from pipeline.runtime.model_languages import LANGUAGES_FILE, ModelLanguages
@@ -99,11 +100,14 @@ def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, fin
     if settings.onnx:
         from stages.export import onnx_graphs
 
-        timings["onnx"] = onnx_graphs.export_onnx(model, example, out, settings.opset, beam)
+        timings["onnx"] = onnx_graphs.export_onnx(model, example, out, settings.opset, beam, settings.shortlist)
         files["onnx"] = dict(ONNX_FILES)
         if settings.int8:
-            timings["onnx_int8"] = onnx_graphs.quantize_int8(out)
+            timings["onnx_int8"] = onnx_graphs.quantize_int8(out, settings.shortlist)
             files["onnx_int8"] = dict(ONNX_INT8_FILES)
+        if settings.shortlist:
+            precisions = ("table", "onnx", "onnx_int8") if settings.int8 else ("table", "onnx")
+            files["shortlist"] = {name: SHORTLIST_FILES[name] for name in precisions}
     if settings.torchscript:
         from stages.export.torchscript import export_torchscript
 
@@ -178,6 +182,12 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
             if failed:
                 raise ParityFailed(failed)  # inside atomic_path: nothing is published
             _add_costs(metrics, files, timings, out, settings)
+        if settings.shortlist:
+            from stages.export.shortlist import shortlist_agreement, write_shortlist
+
+            built = write_shortlist(paths, tokenizer, settings, model_config.vocab_size, special_ids.eos, out)
+            metrics["shortlist"] = {**built, **shortlist_agreement(
+                out, files, generation, special_ids, pairs, tokenizer, model_config.max_position_embeddings)}
         metrics["thresholds"] = {
             "max_logit_diff": settings.max_logit_diff,
             "min_identical": settings.min_identical,

@@ -11,7 +11,7 @@ from pipeline.runtime.export_format import ExportManifest, Generation, ModelDims
 
 # The parity figures the manifest keeps (metrics/export.json has them all).
 PARITY_KEYS = ("n_sentences", "identical_share", "bleu", "onnx", "torchscript", "onnx_int8", "ctranslate2",
-               "directions")
+               "shortlist", "directions")
 
 
 def generation_of(evaluate: EvaluateParams) -> Generation:

@@ -26,12 +26,16 @@ from pipeline.runtime.export_format import (
     GRAPHS,
     ONNX_FILES,
     ONNX_INT8_FILES,
+    SHORTLIST_FILES,
+    SHORTLIST_INPUT,
     decoder_inputs,
     decoder_outputs,
     encoder_outputs,
+    shortlisted_decoder_inputs,
+    shortlisted_decoder_outputs,
 )
 from stages.export.quiet import quiet_exporters, quiet_quantizer
-from stages.export.wrappers import export_wrappers
+from stages.export.wrappers import export_wrappers, shortlisted_decoder
 
 log = logging.getLogger("mtpipe.export")
 
@@ -47,8 +51,10 @@ class GraphExport:
     dynamic_shapes: dict[str, Any]
 
 
-def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int) -> dict[str, GraphExport]:
-    """The encoder's and the cached decoder's export jobs, with example inputs where no dim is 0 or 1."""
+def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int, shortlist: bool = False
+                  ) -> dict[str, GraphExport]:
+    """The encoder's and the cached decoder's export jobs (and the shortlisted decoder's), with example inputs where
+    no dim is 0 or 1."""
     encoder, decoder = export_wrappers(model, beam)
     layers = model.config.decoder_layers
     max_positions = model.config.max_position_embeddings
@@ -70,7 +76,15 @@ def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int) -> di
     decoder_input_ids = example["decoder_input_ids"][:, :2].repeat_interleave(beams_per_sentence, dim=0)
     cache_rows = torch.tensor([0, 1, 1, 2, 3, 3])
     self_cache = [torch.randn(4, heads, 3, head_dim, generator=generator) for _ in range(2 * layers)]
-    return {
+    decoder_shapes = {
+        "decoder_input_ids": {0: rows, 1: new_len},
+        "encoder_attention_mask": {0: batch, 1: src_len},
+        "cache_rows": {0: rows},
+        "self_cache": [{0: past_rows, 2: past_len}] * (2 * layers),
+        "cross_cache": [{0: batch, 2: src_len}] * (2 * layers),
+    }
+    decoder_args = (decoder_input_ids, example["attention_mask"], cache_rows, self_cache, cross_cache)
+    jobs = {
         "encoder": GraphExport(
             encoder,
             (example["input_ids"], example["attention_mask"]),
@@ -78,28 +92,40 @@ def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int) -> di
             encoder_outputs(layers),
             {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}},
         ),
-        "decoder": GraphExport(
-            decoder,
-            (decoder_input_ids, example["attention_mask"], cache_rows, self_cache, cross_cache),
-            decoder_inputs(layers),
-            decoder_outputs(layers),
-            {
-                "decoder_input_ids": {0: rows, 1: new_len},
-                "encoder_attention_mask": {0: batch, 1: src_len},
-                "cache_rows": {0: rows},
-                "self_cache": [{0: past_rows, 2: past_len}] * (2 * layers),
-                "cross_cache": [{0: batch, 2: src_len}] * (2 * layers),
-            },
-        ),
+        "decoder": GraphExport(decoder, decoder_args, decoder_inputs(layers), decoder_outputs(layers),
+                               decoder_shapes),
     }
+    if shortlist:
+        # Each sentence's shortlist: a few more ids than the candidates (which need no more), <pad> after the last.
+        width = decoder.candidates + 3
+        vocab = model.config.vocab_size
+        ids = torch.randperm(vocab, generator=generator)[: 2 * width].reshape(2, width).sort(dim=1).values
+        ids[1, -2:] = model.config.pad_token_id
+        jobs["decoder_shortlist"] = GraphExport(
+            shortlisted_decoder(model, beam),
+            (*decoder_args[:3], ids, *decoder_args[3:]),
+            shortlisted_decoder_inputs(layers),
+            shortlisted_decoder_outputs(layers),
+            # In the order of the arguments: the exporter names the graph's dims by it.
+            {**{name: decoder_shapes[name] for name in ("decoder_input_ids", "encoder_attention_mask", "cache_rows")},
+             SHORTLIST_INPUT: {0: batch, 1: torch.export.Dim("width", min=decoder.candidates, max=vocab)},
+             **{name: decoder_shapes[name] for name in ("self_cache", "cross_cache")}},
+        )
+    return jobs
 
 
-def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: int, beam: int) -> dict[str, float]:
+# Where each graph is written.
+ONNX_PATHS = {**ONNX_FILES, "decoder_shortlist": SHORTLIST_FILES["onnx"]}
+INT8_PATHS = {**ONNX_INT8_FILES, "decoder_shortlist": SHORTLIST_FILES["onnx_int8"]}
+
+
+def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: int, beam: int,
+                shortlist: bool = False) -> dict[str, float]:
     """Write encoder.onnx and decoder.onnx into `out` (the decoder returns the candidates a beam of width `beam`
-    needs); returns the seconds per graph."""
+    needs), and decoder.shortlist.onnx with `shortlist`; returns the seconds per graph."""
     seconds = {}
-    for graph, job in graph_exports(model, example, beam).items():
-        path = out / ONNX_FILES[graph]
+    for graph, job in graph_exports(model, example, beam, shortlist).items():
+        path = out / ONNX_PATHS[graph]
         log.info("exporting the %s to ONNX (opset %d)", graph, opset)
         start = time.perf_counter()
         with quiet_exporters(), torch.no_grad():
@@ -137,9 +163,9 @@ def drop_stack_traces(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def quantize_int8(out: Path) -> float:
-    """encoder.int8.onnx and decoder.int8.onnx from the fp32 graphs in `out`: int8 weights (a scale per output
-    column), activations quantised at run time; returns seconds.
+def quantize_int8(out: Path, shortlist: bool = False) -> float:
+    """encoder.int8.onnx and decoder.int8.onnx (and decoder.shortlist.int8.onnx with `shortlist`) from the fp32
+    graphs in `out`: int8 weights (a scale per output column), activations quantised at run time; returns seconds.
 
     MatMuls only: a quantised Gather (the embeddings) would be dequantised in full at every call. A scale per
     output column (per_channel) gave a BLEU closer to fp32 than one scale per matrix, at the same speed
@@ -147,9 +173,9 @@ def quantize_int8(out: Path) -> float:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     start = time.perf_counter()
-    for graph in GRAPHS:
+    for graph in [*GRAPHS, "decoder_shortlist"] if shortlist else GRAPHS:
         log.info("quantising the %s to int8 (dynamic)", graph)
         with quiet_quantizer():
-            quantize_dynamic(out / ONNX_FILES[graph], out / ONNX_INT8_FILES[graph], weight_type=QuantType.QInt8,
+            quantize_dynamic(out / ONNX_PATHS[graph], out / INT8_PATHS[graph], weight_type=QuantType.QInt8,
                              op_types_to_quantize=["MatMul"], per_channel=True)
     return round(time.perf_counter() - start, 2)

@@ -11,6 +11,8 @@ and the tests import it.
     EncoderWithCrossCache  input_ids, attention_mask -> last_hidden_state, cross_key_0, cross_value_0, ...
     CachedDecoder          decoder_input_ids, encoder_attention_mask, cache_rows, self cache, cross cache
                            -> logits, next_log_probs, next_ids, present self cache
+    ShortlistedDecoder     the same with each sentence's shortlist after cache_rows
+                           -> next_log_probs, next_ids, present self cache
     EncoderForExport,      the legacy, uncached TorchScript graphs
     DecoderForExport
     example_inputs         the batch both exporters trace them on
@@ -327,16 +329,9 @@ class CachedDecoder(nn.Module):
         self.output_projection = nn.Parameter(model.lm_head.weight.detach().t().contiguous(), requires_grad=False)
         self.register_buffer("final_logits_bias", output_bias(model))
 
-    def forward(
-        self,
-        decoder_input_ids: Any,
-        encoder_attention_mask: Any,
-        cache_rows: Any,
-        self_cache: list[Any],
-        cross_cache: list[Any],
-    ) -> tuple[Any, ...]:
-        """cache_rows: (rows,) the row of self_cache each row continues from (a beam search's reordering);
-        self_cache/cross_cache: [key_0, value_0, key_1, ...] -> logits, next_log_probs, next_ids, *present."""
+    def hidden_states(self, decoder_input_ids: Any, encoder_attention_mask: Any, cache_rows: Any,
+                      self_cache: list[Any], cross_cache: list[Any]) -> tuple[Any, list[Any]]:
+        """The last layer's (normed) states of the new tokens, and the extended self cache."""
         past_len, new_len = self_cache[0].shape[2], decoder_input_ids.shape[1]
         positions = torch.arange(new_len, device=decoder_input_ids.device) + past_len
         hidden = self.embedding(decoder_input_ids, positions)
@@ -353,9 +348,26 @@ class CachedDecoder(nn.Module):
             hidden, keys, values = layer(hidden, past_keys, past_values, self_bias, cross_cache[2 * i],
                                          cross_cache[2 * i + 1], cross_bias)
             present += [keys, values]
-        logits = torch.matmul(self.final_norm(hidden), self.output_projection)
-        if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias
+        return self.final_norm(hidden), present
+
+    def project(self, hidden: Any) -> Any:
+        """The logits over the whole vocabulary."""
+        logits = torch.matmul(hidden, self.output_projection)
+        return logits if self.final_logits_bias is None else logits + self.final_logits_bias
+
+    def forward(
+        self,
+        decoder_input_ids: Any,
+        encoder_attention_mask: Any,
+        cache_rows: Any,
+        self_cache: list[Any],
+        cross_cache: list[Any],
+    ) -> tuple[Any, ...]:
+        """cache_rows: (rows,) the row of self_cache each row continues from (a beam search's reordering);
+        self_cache/cross_cache: [key_0, value_0, key_1, ...] -> logits, next_log_probs, next_ids, *present."""
+        hidden, present = self.hidden_states(decoder_input_ids, encoder_attention_mask, cache_rows, self_cache,
+                                             cross_cache)
+        logits = self.project(hidden)
         # The scores transformers' beam search uses: log-softmax over the whole vocabulary (<pad> included).
         # Ranked at every position and the last one's kept: a search step feeds one position, and picking it
         # out of the logits first would copy them (ONNX Gather) at every step.
@@ -364,11 +376,46 @@ class CachedDecoder(nn.Module):
         return (logits, next_log_probs, next_ids, *present)
 
 
+class ShortlistedDecoder(CachedDecoder):
+    """The cached decoder ranking each row's next token among its sentence's shortlist only
+    (pipeline/runtime/shortlist.py): `shortlist` (sentences, width) holds target ids, <pad> where a sentence's list
+    is shorter, which is never ranked. The log-softmax is over the shortlist, as Marian's is.
+
+    The output projection still covers the whole vocabulary, as one int8 matmul with a fixed weight, and the
+    sentence's columns are picked from its logits: gathering a weight per sentence instead would move more memory
+    than the matmul saves. What shrinks is the ranking, log-softmax and top-k over the vocabulary, a third of a
+    small student's decoder step (bench/README.md). Only the last position is projected: no `logits` output.
+    """
+
+    def __init__(self, model: Any, candidates: int):
+        super().__init__(model, candidates)
+        self.pad_id = int(model.config.pad_token_id)
+
+    def forward(self, decoder_input_ids: Any, encoder_attention_mask: Any, cache_rows: Any, shortlist: Any,
+                self_cache: list[Any], cross_cache: list[Any]) -> tuple[Any, ...]:
+        """As CachedDecoder's, with the sentences' shortlists -> next_log_probs, next_ids, *present."""
+        hidden, present = self.hidden_states(decoder_input_ids, encoder_attention_mask, cache_rows, self_cache,
+                                             cross_cache)
+        logits = self.project(hidden[:, -1])  # (rows, vocab)
+        by_sentence = logits.reshape(shortlist.shape[0], -1, logits.shape[-1])  # (sentences, group, vocab)
+        columns = shortlist[:, None, :].expand(-1, by_sentence.shape[1], -1)
+        picked = torch.gather(by_sentence, 2, columns).masked_fill(columns == self.pad_id,
+                                                                    torch.finfo(logits.dtype).min)
+        next_log_probs, best = torch.topk(torch.log_softmax(picked, dim=-1), self.candidates, dim=-1)
+        next_ids = torch.gather(columns, 2, best)
+        return (next_log_probs.reshape(-1, self.candidates), next_ids.reshape(-1, self.candidates), *present)
+
+
 def export_wrappers(model: Any, beam: int = 4) -> tuple[EncoderWithCrossCache, CachedDecoder]:
     """(EncoderWithCrossCache, CachedDecoder) around a loaded model, in eval mode: the ONNX graphs' modules.
 
     The decoder returns the next-token candidates a beam of width `beam` needs."""
     return EncoderWithCrossCache(model).eval(), CachedDecoder(model, candidates_for_beam(beam)).eval()
+
+
+def shortlisted_decoder(model: Any, beam: int = 4) -> ShortlistedDecoder:
+    """The shortlisted decoder graph's module, in eval mode."""
+    return ShortlistedDecoder(model, candidates_for_beam(beam)).eval()
 
 
 def legacy_wrappers(model: Any) -> tuple[EncoderForExport, DecoderForExport]:

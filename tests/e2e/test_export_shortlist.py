@@ -1,0 +1,125 @@
+"""export.shortlist: the lexical shortlist built from the training pairs, the shortlisted decoder graphs (fp32 and
+int8), their figures in metrics/export.json, and the Translator decoding with them (pipeline/runtime/shortlist.py).
+
+The export is the sharpened tiny model (tests/support/export_helpers.py): its outputs are garbage but decisive, so
+a shortlist that holds the whole vocabulary must give exactly the full decoder's translations, and a real one must
+keep every token inside each sentence's list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.runtime.export_format import ExportManifest
+from pipeline.runtime.shortlist import Shortlist
+from pipeline.runtime.translate import BatchShortlist, OnnxSeq2Seq, Translator
+from tests.support.export_helpers import export_params, one_torch_thread
+
+pytestmark = pytest.mark.e2e
+
+SENTENCES = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Two dogs.",
+    "A little girl climbs into a wooden playhouse while her brother watches from the grass.",
+    "People sit outside.",
+    "A woman with a large purse is walking by a gate.",
+]
+
+
+@pytest.fixture(scope="module")
+def shortlisted(make_sharpened_root):
+    """(paths, metrics) of one export with int8 and a shortlist of 5 candidates per source token and 20 always."""
+    from stages import export
+
+    paths = make_sharpened_root()
+    with one_torch_thread():
+        export.run(export_params(int8=True, torchscript=False, ctranslate2=False, shortlist=True,
+                                 shortlist_per_source=5, shortlist_frequent=20), paths)
+    return paths, json.loads(paths.metrics("export").read_text())
+
+
+def with_table(translator: Translator, table: Shortlist) -> Translator:
+    """The translator with its shortlisted decoder fed another table."""
+    translator.model.shortlist = dataclasses.replace(translator.model.shortlist, table=table)
+    return translator
+
+
+def test_the_manifest_lists_the_shortlist_and_its_graphs(shortlisted):
+    paths, metrics = shortlisted
+    manifest = ExportManifest.read(paths.export)
+    assert manifest.shortlisted_decoder() == ("shortlist.npz", "decoder.shortlist.onnx")
+    assert manifest.shortlisted_decoder(int8=True) == ("shortlist.npz", "decoder.shortlist.int8.onnx")
+    for name in ("shortlist.npz", "decoder.shortlist.onnx", "decoder.shortlist.int8.onnx"):
+        assert (paths.export / name).is_file(), name
+    table = Shortlist.read(paths.export / "shortlist.npz")
+    assert table.by_source.shape[1] == 5
+    figures = metrics["shortlist"]
+    assert figures["per_source"] == 5 and figures["always"] == table.always.size <= 21
+    assert figures["training_pairs"] == 2000
+    for precision in ("onnx", "onnx_int8"):
+        assert 0 <= figures[precision]["identical_share"] <= 1
+        assert figures[precision]["bleu_delta"] == pytest.approx(
+            figures[precision]["bleu"] - figures[precision]["bleu_full"], abs=0.011)
+    assert 20 <= figures["mean_width"] < 1000
+    assert manifest.parity["shortlist"] == figures
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_a_shortlist_of_the_whole_vocabulary_translates_as_the_full_decoder(shortlisted, int8):
+    paths, _ = shortlisted
+    full = Translator(paths.export, int8=int8, threads=1, shortlist=False)
+    assert full.model.shortlist is None
+    everything = Translator(paths.export, int8=int8, threads=1)
+    vocab = everything.manifest.vocab_size
+    with_table(everything, Shortlist(by_source=np.full((vocab, 1), -1), always=np.arange(vocab)))
+    assert everything.translate(SENTENCES, beam=4) == full.translate(SENTENCES, beam=4)
+
+
+def test_every_token_comes_from_its_sentences_shortlist(shortlisted):
+    paths, _ = shortlisted
+    translator = Translator(paths.export, threads=1)
+    shortlist = translator.model.shortlist
+    assert isinstance(shortlist, BatchShortlist)
+    sources = translator.encode(SENTENCES)
+    hyps = translator.translate_ids(sources, beam=4)
+    full = Translator(paths.export, threads=1, shortlist=False).translate_ids(sources, beam=4)
+    assert hyps != full  # 25-odd of 1000 pieces per sentence: the garbage model's choices do change
+    for source, hyp in zip(sources, hyps, strict=True):
+        ids = np.asarray([source])
+        allowed = set(shortlist.table.for_batch(ids, np.ones_like(ids), shortlist.pad_id, 1)[0].tolist())
+        assert set(hyp) <= allowed
+
+
+def test_a_sentences_translation_does_not_depend_on_its_batch(shortlisted):
+    paths, _ = shortlisted
+    translator = Translator(paths.export, threads=1)
+    together = translator.translate(SENTENCES, beam=4)
+    assert [translator.translate([s], beam=4)[0] for s in SENTENCES] == together
+
+
+def test_a_beam_wider_than_the_graphs_candidates_decodes_without_the_shortlist(shortlisted, caplog):
+    paths, _ = shortlisted
+    translator = Translator(paths.export, threads=1)
+    full = Translator(paths.export, threads=1, shortlist=False)
+    with caplog.at_level("INFO", logger="mtpipe.translate"):
+        assert translator.translate(SENTENCES[:2], beam=6) == full.translate(SENTENCES[:2], beam=6)
+    assert "decoding without the shortlist" in caplog.text
+
+
+def test_a_shortlisted_decoder_refuses_to_give_logits(shortlisted):
+    paths, _ = shortlisted
+    model = Translator(paths.export, threads=1).model
+    assert isinstance(model, OnnxSeq2Seq) and model.shortlist is not None
+    ids = np.asarray([[5, 6, 0]])
+    _, cross = model.encode(ids, np.ones_like(ids))
+    with pytest.raises(ValueError, match="not logits"):
+        model.decode(np.asarray([[model.shortlist.pad_id]]), np.ones_like(ids), model.empty_cache(1), cross)
+
+
+def test_an_export_without_a_shortlist_decodes_with_the_full_decoder(export_dir):
+    assert ExportManifest.read(export_dir).shortlisted_decoder() is None
+    assert Translator(export_dir, threads=1).model.shortlist is None
