@@ -17,6 +17,7 @@ is gated, and why: README.md's "Translating with the export" and gate.py.
     quiet              the exporters' known, harmless chatter, quieted
     parity             every format against PyTorch: graph differences and greedy agreement, per direction
     gate               which figures break their `export.*` thresholds, and what to do
+    shortlist          the lexical shortlist (`export.shortlist`) and its beam-search agreement with the full decoder
     manifest           export.json
     (this module)      run: the formats, the model files copied beside them, the gate, the manifest, the figures
 

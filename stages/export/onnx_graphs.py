@@ -3,7 +3,9 @@ dim dynamic, and their int8 versions (`export.int8`). The encoder also computes 
 keys and values, once per sentence; the decoder appends the new tokens' self-attention keys and values to the ones it
 is given, so a step costs O(length) instead of re-running the prefix, takes `cache_rows` (the row of the given cache
 each row continues from, so beam search reorders hypotheses without copying caches) and returns the next-token
-candidates a beam of `evaluate.beam` needs, so the search sorts no vocabulary in numpy. Caches are one (rows, heads,
+candidates a beam of `evaluate.beam` needs, so the search sorts no vocabulary in numpy. With `export.shortlist`,
+decoder.shortlist.onnx is the same decoder ranking each sentence's shortlist instead (wrappers.ShortlistedDecoder).
+Caches are one (rows, heads,
 length, head_dim) tensor per layer and kind: stacking them would make the graph split and re-stack the whole cache at
 every step. The int8 graphs are onnxruntime's dynamic quantisation of every MatMul with a weight (the output
 projection included), activations quantised per call; the embedding lookups stay fp32. Names and layout:

@@ -379,11 +379,15 @@ class CachedDecoder(nn.Module):
 class ShortlistedDecoder(CachedDecoder):
     """The cached decoder ranking each row's next token among its sentence's shortlist only
     (pipeline/runtime/shortlist.py): `shortlist` (sentences, width) holds target ids, <pad> where a sentence's list
-    is shorter, which is never ranked. The log-softmax is over the shortlist, as Marian's is.
+    is shorter, which is never ranked.
+
+    The log-probabilities are the full decoder's (log-softmax over the whole vocabulary), not renormalised over the
+    shortlist as Marian's are: hypotheses keep the scores they have without it, so a search whose best candidates
+    lie in the lists finds what the full decoder finds. Renormalising was faster (bench/README.md) and lost BLEU.
 
     The output projection still covers the whole vocabulary, as one int8 matmul with a fixed weight, and the
-    sentence's columns are picked from its logits: gathering a weight per sentence instead would move more memory
-    than the matmul saves. What shrinks is the ranking, log-softmax and top-k over the vocabulary, a third of a
+    sentence's columns are picked from its log-probabilities: gathering a weight per sentence instead would move
+    more memory than the matmul saves. What shrinks is the top-k over the vocabulary, the largest single cost of a
     small student's decoder step (bench/README.md). Only the last position is projected: no `logits` output.
     """
 
@@ -399,9 +403,12 @@ class ShortlistedDecoder(CachedDecoder):
         logits = self.project(hidden[:, -1])  # (rows, vocab)
         by_sentence = logits.reshape(shortlist.shape[0], -1, logits.shape[-1])  # (sentences, group, vocab)
         columns = shortlist[:, None, :].expand(-1, by_sentence.shape[1], -1)
-        picked = torch.gather(by_sentence, 2, columns).masked_fill(columns == self.pad_id,
-                                                                    torch.finfo(logits.dtype).min)
-        next_log_probs, best = torch.topk(torch.log_softmax(picked, dim=-1), self.candidates, dim=-1)
+        # Normalised over the whole vocabulary, as the full decoder's: a shortlisted token's log-probability is
+        # the same number. (ONNX Runtime's LogSoftmax is one pass; its ReduceLogSumExp is slower than the top-k
+        # it would save.)
+        log_probs = torch.log_softmax(by_sentence, dim=-1)
+        picked = torch.gather(log_probs, 2, columns).masked_fill(columns == self.pad_id, torch.finfo(logits.dtype).min)
+        next_log_probs, best = torch.topk(picked, self.candidates, dim=-1)
         next_ids = torch.gather(columns, 2, best)
         return (next_log_probs.reshape(-1, self.candidates), next_ids.reshape(-1, self.candidates), *present)
 

@@ -96,6 +96,9 @@ MULTI30K_DISTILL = REPO / "configs" / "multi30k-distill-cpu.yaml"
 def test_the_distill_config_is_the_multi30k_teacher_with_distillation_switched_on():
     teacher, distilled = raw(MULTI30K), raw(MULTI30K_DISTILL)
     assert distilled["distill"].pop("enabled") is True and teacher["distill"].pop("enabled") is False
+    # The student decodes with a lexical shortlist; the export block is shared, so the teacher's export (alone of
+    # the teacher's stages) gets one too.
+    assert distilled["export"].pop("shortlist") is True and teacher["export"].pop("shortlist") is False
     assert distilled == teacher, "one teacher: the distilled run reuses every teacher stage of the Multi30k run"
 
 
