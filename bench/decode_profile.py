@@ -48,18 +48,17 @@ def node_times(trace_file: str) -> tuple[dict[str, float], int, float]:
     return dict(by_op), runs, run_us
 
 
-def profile_export(export_dir: Path, int8: bool, sources: list[str], beam: int, trace_prefix: Path
-                   ) -> dict[str, Any]:
+def profile_export(export_dir: Path, int8: bool, sources: list[str], beam: int, trace_prefix: Path,
+                   shortlist: bool = False) -> dict[str, Any]:
     """One export's profile: its Translator's sessions replaced by profiling ones over the same graphs (the
     model's sessions are plain attributes). Their first call, with its allocations, is in the profile: ONNX
     Runtime starts profiling when a session is created."""
     from pipeline.runtime.translate import Translator, ort_session
 
-    translator = Translator(export_dir, int8=int8, threads=1)
-    graphs = translator.manifest.onnx_graphs(int8)
+    translator = Translator(export_dir, int8=int8, threads=1, shortlist=shortlist)
     model = translator.model
-    model.encoder = ort_session(export_dir / graphs["encoder"], 1, f"{trace_prefix}-encoder")
-    model.decoder = ort_session(export_dir / graphs["decoder"], 1, f"{trace_prefix}-decoder")
+    model.encoder = ort_session(model.encoder_path, 1, f"{trace_prefix}-encoder")
+    model.decoder = ort_session(model.decoder_path, 1, f"{trace_prefix}-decoder")
     start = time.perf_counter()
     translator.translate(sources, beam=beam)
     wall = time.perf_counter() - start
@@ -95,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", type=Path, nargs="+", required=True, help="export directories (models/export)")
     parser.add_argument("--int8", action="store_true", help="profile the int8 graphs instead of the fp32 ones")
+    parser.add_argument("--shortlist", action="store_true",
+                        help="with the export's lexical shortlist where it has one (default: the whole vocabulary)")
     parser.add_argument("--multi30k", type=Path, default=MULTI30K, help="default: %(default)s")
     parser.add_argument("--src", default="en", help="the test set's source language (default: %(default)s)")
     parser.add_argument("--limit", type=int, default=None, help="first N test sentences only")
@@ -108,7 +109,8 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as workdir:
         for number, export_dir in enumerate(args.export):
-            figures = profile_export(export_dir, args.int8, sources, args.beam, Path(workdir) / str(number))
+            figures = profile_export(export_dir, args.int8, sources, args.beam, Path(workdir) / str(number),
+                                     args.shortlist)
             print_profile(figures)
             results.append(figures)
     print(json.dumps({"test_set": TEST_SET, "sentences": len(sources), "beam": args.beam, "threads": 1,
