@@ -123,3 +123,29 @@ def test_a_shortlisted_decoder_refuses_to_give_logits(shortlisted):
 def test_an_export_without_a_shortlist_decodes_with_the_full_decoder(export_dir):
     assert ExportManifest.read(export_dir).shortlisted_decoder() is None
     assert Translator(export_dir, threads=1).model.shortlist is None
+
+
+def test_the_decode_benches_measure_the_shortlisted_paths(shortlisted):
+    import subprocess
+    import sys
+
+    from tests.conftest import MULTI30K, REPO
+
+    if not (MULTI30K / "test_2016_flickr.en.gz").exists():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    paths, _ = shortlisted
+    env = {"HF_HUB_OFFLINE": "1", "PATH": ""}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "decode.py"), "--model", str(paths.final_model), "--export",
+         str(paths.export), "--student", str(paths.export), "--limit", "4", "--skip", "onnx-1x2", "ctranslate2"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {"onnx-int8-shortlist", "student-int8", "student-int8-shortlist"} <= set(figures["paths"])
+    assert "student_int8_at_least_3x_teacher_int8_shortlist" in figures["goals"]
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "decode_profile.py"), "--export", str(paths.export), "--int8",
+         "--shortlist", "--limit", "4"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["exports"][0]["decoder"]["runs"] >= 1
