@@ -17,17 +17,10 @@ import pytest
 from pipeline.runtime.export_format import ExportManifest
 from pipeline.runtime.shortlist import Shortlist
 from pipeline.runtime.translate import BatchShortlist, OnnxSeq2Seq, Translator
-from tests.support.export_helpers import export_params, one_torch_thread
+from tests.support.export_helpers import SENTENCES, export_params, one_torch_thread
 
 pytestmark = pytest.mark.e2e
 
-SENTENCES = [
-    "A man in a blue shirt is standing on a ladder.",
-    "Two dogs.",
-    "A little girl climbs into a wooden playhouse while her brother watches from the grass.",
-    "People sit outside.",
-    "A woman with a large purse is walking by a gate.",
-]
 
 
 @pytest.fixture(scope="module")

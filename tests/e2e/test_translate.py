@@ -27,19 +27,11 @@ from pipeline.runtime.errors import InputFileError
 from pipeline.runtime.export_format import ExportDirError
 from pipeline.runtime.languages import Direction, UnknownDirection
 from pipeline.runtime.translate import MarianSentencePiece, OnnxSeq2Seq, Translator, read_lines
-from tests.support.export_helpers import load_model
+from tests.support.export_helpers import SENTENCES, load_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("torch_on_one_thread")]
 
 REPO = Path(__file__).resolve().parents[2]
-SENTENCES = [
-    "A man in a blue shirt is standing on a ladder.",
-    "Two dogs.",
-    "A little girl climbs into a wooden playhouse while her brother watches from the grass.",
-    "People sit outside.",
-    "A woman with a large purse is walking by a gate.",
-    "Hello",
-]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,15 @@ FULL_EXPORT = {"int8": True, "torchscript": True, "ctranslate2": CTRANSLATE2_INS
 
 
 TWO_TARGETS = ("en-de", "en-fr")
+# Sources of every length the translate tests decode, one of a single word.
+SENTENCES = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Two dogs.",
+    "A little girl climbs into a wooden playhouse while her brother watches from the grass.",
+    "People sit outside.",
+    "A woman with a large purse is walking by a gate.",
+    "Hello",
+]
 
 
 def sharpened_root(tiny_model_dir: Path, root: Path) -> Paths:
