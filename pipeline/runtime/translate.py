@@ -30,9 +30,10 @@ empty (past_len 0) cache. The decoder also returns each row's best next tokens f
 so the full logits are neither copied out nor sorted. The first step feeds the whole decoder prefix at once.
 
 An export with a lexical shortlist (export.shortlist; pipeline/runtime/shortlist.py) is decoded with its shortlisted
-decoder unless `shortlist=False`: each sentence's next token is ranked among the target ids its source makes likely,
-which a small student decodes markedly faster with (bench/README.md), at the BLEU the export's metrics report. A
-beam wider than the graphs were exported for falls back to the full decoder, which ranks from the logits.
+decoder unless `shortlist=False`: each sentence's next token is ranked among the target ids its source makes likely
+(the Multi30k student's int8 decodes 1.13x faster so, at the same BLEU: bench/README.md; the export's metrics report
+its BLEU on the parity sentences). A beam wider than the graphs were exported for falls back to the full decoder,
+which ranks from the logits.
 
 Decoding defaults (beam, length penalty, length rule) are the manifest's `generation` block: the evaluate stage's
 settings, so a translation here is the one the evaluate stage scored.
