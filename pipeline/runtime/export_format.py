@@ -177,16 +177,19 @@ class ExportManifest:
 
     def to_json(self) -> dict[str, Any]:
         layers = self.dims.decoder_layers
+        onnx_inputs = {"encoder": list(ENCODER_INPUTS), "decoder": decoder_inputs(layers)}
+        onnx_outputs = {"encoder": encoder_outputs(layers), "decoder": decoder_outputs(layers)}
+        if "shortlist" in self.files:
+            onnx_inputs["decoder_shortlist"] = shortlisted_decoder_inputs(layers)
+            onnx_outputs["decoder_shortlist"] = shortlisted_decoder_outputs(layers)
         return {
             "version": self.version,
             "files": dict(self.files),
             "model_files": list(self.model_files),
             "opset": self.opset,
             "kv_cache": self.kv_cache,
-            "inputs": {"onnx": {"encoder": list(ENCODER_INPUTS), "decoder": decoder_inputs(layers)},
-                       "torchscript": TORCHSCRIPT_INPUTS},
-            "outputs": {"onnx": {"encoder": encoder_outputs(layers), "decoder": decoder_outputs(layers)},
-                        "torchscript": TORCHSCRIPT_OUTPUTS},
+            "inputs": {"onnx": onnx_inputs, "torchscript": TORCHSCRIPT_INPUTS},
+            "outputs": {"onnx": onnx_outputs, "torchscript": TORCHSCRIPT_OUTPUTS},
             "cache_layout": list(CACHE_LAYOUT),
             "next_token_candidates": self.next_token_candidates,
             "vocab_size": self.vocab_size,

@@ -59,6 +59,9 @@ def test_the_manifest_lists_the_shortlist_and_its_graphs(shortlisted):
             figures[precision]["bleu"] - figures[precision]["bleu_full"], abs=0.011)
     assert 20 <= figures["mean_width"] < 1000
     assert manifest.parity["shortlist"] == figures
+    written = json.loads((paths.export / "export.json").read_text())
+    assert written["inputs"]["onnx"]["decoder_shortlist"][3] == "shortlist"
+    assert "logits" not in written["outputs"]["onnx"]["decoder_shortlist"]
 
 
 @pytest.mark.parametrize("int8", [False, True])
