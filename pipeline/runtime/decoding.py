@@ -34,6 +34,13 @@ def output_limit(source_length: int, max_len_a: float, max_len_b: int, max_posit
     return max(1, min(int(max_len_a * source_length + max_len_b), max_positions - 1))
 
 
+def limit_after_prefix(source_length: int, max_len_a: float, max_len_b: int, max_positions: int,
+                       prefix_length: int) -> int:
+    """output_limit for a translation decoded after a decoder prefix this long, within the positions the prefix
+    leaves (as the evaluate stage cuts it); at least 1."""
+    return max(1, min(output_limit(source_length, max_len_a, max_len_b, max_positions), max_positions - prefix_length))
+
+
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad id lists into (ids, mask) int64 arrays."""
     length = max(len(r) for r in rows)

@@ -57,7 +57,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from pipeline.runtime.beam_search import Cache, DecoderStep, beam_search_nbest
-from pipeline.runtime.decoding import one_line, output_limit, pad_batch, token_batches
+from pipeline.runtime.decoding import limit_after_prefix, one_line, pad_batch, token_batches
 from pipeline.runtime.errors import InputFileError, PipelineError
 from pipeline.runtime.export_format import (
     DECODER_FIRST_INPUTS,
@@ -284,8 +284,8 @@ class Translator:
         """Most tokens a translation of a source this long (</s> included) may have after a decoder prefix this
         long: the manifest's length rule, within the decoder positions the prefix leaves (as the evaluate stage
         cuts it)."""
-        limit = output_limit(source_length, self.generation.max_len_a, self.generation.max_len_b, self.max_positions)
-        return max(1, min(limit, self.max_positions - prefix_length))
+        return limit_after_prefix(source_length, self.generation.max_len_a, self.generation.max_len_b,
+                                  self.max_positions, prefix_length)
 
     def direction(self, tgt: str | None = None, src: str | None = None) -> Direction:
         """The direction asked for (either language may be left out where the model leaves no choice);

@@ -186,9 +186,9 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         if settings.shortlist:
             from stages.export.shortlist import shortlist_agreement, write_shortlist
 
-            built = write_shortlist(paths, tokenizer, settings, model_config.vocab_size, special_ids.eos, out)
+            table, built = write_shortlist(paths, tokenizer, settings, model_config.vocab_size, special_ids.eos, out)
             metrics["shortlist"] = {**built, **shortlist_agreement(
-                out, files, generation, special_ids, pairs, tokenizer, model_config.max_position_embeddings)}
+                table, out, files, generation, special_ids, pairs, tokenizer, model_config.max_position_embeddings)}
         metrics["thresholds"] = {
             "max_logit_diff": settings.max_logit_diff,
             "min_identical": settings.min_identical,

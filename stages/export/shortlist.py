@@ -25,7 +25,8 @@ from pipeline.corpus import read_pairs_by_direction
 from pipeline.errors import MissingArtifact
 from pipeline.params import ExportParams
 from pipeline.runtime.beam_search import beam_search
-from pipeline.runtime.decoding import SpecialIds, output_limit, pad_batch
+from pipeline.runtime.decoding import SpecialIds, limit_after_prefix, pad_batch
+from pipeline.runtime.errors import PipelineError
 from pipeline.runtime.export_format import SHORTLIST_FILES, Generation
 from pipeline.runtime.shortlist import Shortlist
 from pipeline.runtime.translate import BatchShortlist, OnnxSeq2Seq
@@ -103,12 +104,15 @@ def training_pairs(paths: Paths, tokenizer: Any) -> tuple[list[list[int]], list[
     for _, source_texts, target_texts in read_pairs_by_direction(train).values():
         sources += tokenizer(list(source_texts), add_special_tokens=False)["input_ids"]
         targets += tokenizer(text_target=list(target_texts), add_special_tokens=False)["input_ids"]
+    if not any(targets):
+        raise PipelineError(f"{train}: no training pairs with target tokens to build the shortlist from "
+                            "(export.shortlist: true)")
     return sources, targets
 
 
 def write_shortlist(paths: Paths, tokenizer: Any, settings: ExportParams, vocab_size: int, eos_id: int,
-                    out: Path) -> dict[str, Any]:
-    """shortlist.npz in `out` from the training pairs; returns its figures."""
+                    out: Path) -> tuple[Shortlist, dict[str, Any]]:
+    """shortlist.npz in `out` from the training pairs; returns it and its figures."""
     start = time.perf_counter()
     sources, targets = training_pairs(paths, tokenizer)
     shortlist = build_shortlist(sources, targets, vocab_size, settings.shortlist_per_source,
@@ -117,8 +121,8 @@ def write_shortlist(paths: Paths, tokenizer: Any, settings: ExportParams, vocab_
     seconds = round(time.perf_counter() - start, 2)
     log.info("shortlist: %d candidates per source token at most, %d always, from %d training pairs (%.1f s)",
              settings.shortlist_per_source, shortlist.always.size, len(sources), seconds)
-    return {"per_source": settings.shortlist_per_source, "always": int(shortlist.always.size),
-            "training_pairs": len(sources), "build_seconds": seconds}
+    return shortlist, {"per_source": settings.shortlist_per_source, "always": int(shortlist.always.size),
+                       "training_pairs": len(sources), "build_seconds": seconds}
 
 
 def _beam_outputs(runtime: OnnxSeq2Seq, pairs: ParityPairs, generation: Generation, special_ids: SpecialIds,
@@ -129,8 +133,8 @@ def _beam_outputs(runtime: OnnxSeq2Seq, pairs: ParityPairs, generation: Generati
     for start in range(0, len(pairs.sources), PARITY_BATCH):
         rows = pairs.sources[start : start + PARITY_BATCH]
         input_ids, attention_mask = pad_batch(rows, special_ids.pad)
-        limits = [max(1, min(output_limit(len(r), generation.max_len_a, generation.max_len_b, max_positions),
-                             max_positions - len(prefix))) for r in rows]
+        limits = [limit_after_prefix(len(r), generation.max_len_a, generation.max_len_b, max_positions, len(prefix))
+                  for r in rows]
         hyps += beam_search(runtime, input_ids, attention_mask, beam=generation.beam, max_new_tokens=limits,
                             ids=special_ids, length_penalty=generation.length_penalty, decoder_prefix=prefix)
     return hyps
@@ -138,24 +142,24 @@ def _beam_outputs(runtime: OnnxSeq2Seq, pairs: ParityPairs, generation: Generati
 
 def _widths(shortlist: BatchShortlist, pairs: Mapping[str, ParityPairs]) -> list[int]:
     """Each parity source's shortlist width."""
-    widths = []
+    widths: list[int] = []
     for direction_pairs in pairs.values():
-        for source in direction_pairs.sources:
-            ids = np.asarray([source])
-            row = shortlist.table.for_batch(ids, np.ones_like(ids), shortlist.pad_id, 1)
-            widths.append(int((row != shortlist.pad_id).sum()))
+        ids, mask = pad_batch(direction_pairs.sources, shortlist.pad_id)
+        rows = shortlist.table.for_batch(ids, mask, shortlist.pad_id, 1)
+        widths += (rows != shortlist.pad_id).sum(axis=1).tolist()
     return widths
 
 
-def shortlist_agreement(out: Path, files: dict[str, Any], generation: Generation, special_ids: SpecialIds,
-                        pairs: Mapping[str, ParityPairs], tokenizer: Any, max_positions: int) -> dict[str, Any]:
+def shortlist_agreement(table: Shortlist, out: Path, files: dict[str, Any], generation: Generation,
+                        special_ids: SpecialIds, pairs: Mapping[str, ParityPairs], tokenizer: Any, max_positions: int
+                        ) -> dict[str, Any]:
     """Per ONNX precision exported, the shortlisted decoder's beam search (the manifest's beam) against the full
     decoder's on every direction's parity sentences: identical share and corpus BLEU of both; and the sentences'
     mean shortlist width. Reported, not gated: a shortlist trades BLEU for speed, as int8 does."""
     import sacrebleu
 
     references = [r for p in pairs.values() for r in p.references]
-    shortlist = BatchShortlist(Shortlist.read(out / SHORTLIST_FILES["table"]), special_ids.pad)
+    shortlist = BatchShortlist(table, special_ids.pad)
     report: dict[str, Any] = {}
     for precision in ("onnx", "onnx_int8"):
         if precision not in files:

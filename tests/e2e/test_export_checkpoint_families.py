@@ -28,10 +28,9 @@ from pipeline.runtime.families import UnsupportedCheckpoint, check_local_checkpo
 from pipeline.runtime.languages import Directions
 from pipeline.runtime.model_languages import ModelLanguages
 from pipeline.runtime.translate import OnnxSeq2Seq
-from tests.conftest import write_clean_splits
 from tests.support.export_helpers import CTRANSLATE2_INSTALLED, one_torch_thread
-from tests.support.fine_tuned import redrawn, write_languages
-from tests.support.tiny_checkpoints import build_tiny
+from tests.support.fine_tuned import family_root as fine_tuned_root
+from tests.support.fine_tuned import write_languages
 
 pytestmark = [
     pytest.mark.e2e,
@@ -52,18 +51,8 @@ FULL_EXPORT = {"int8": True, "torchscript": False, "ctranslate2": CTRANSLATE2_IN
 
 
 def family_root(family: str, root: Path) -> Paths:
-    """`root` as a project after fine-tuning a `family` checkpoint: data/clean with en-de and en-fr pairs, and
-    models/final the tiny checkpoint with redrawn weights and its languages.json."""
-    from transformers import AutoModelForSeq2SeqLM
-
-    paths = Paths(root)
-    write_clean_splits(root, {"valid": PARITY_SENTENCES, "test": PARITY_SENTENCES}, DIRECTIONS)
-    build_tiny(family, paths.final_model)
-    model = AutoModelForSeq2SeqLM.from_pretrained(paths.final_model)
-    redrawn(model)
-    model.save_pretrained(paths.final_model)
-    write_languages(paths.final_model, Directions.of(DIRECTIONS))
-    return paths
+    """`root` as a project after fine-tuning a `family` checkpoint, with en-de and en-fr valid and test pairs."""
+    return fine_tuned_root(family, root, {"valid": PARITY_SENTENCES, "test": PARITY_SENTENCES}, DIRECTIONS)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -145,3 +145,23 @@ def test_the_decode_benches_measure_the_shortlisted_paths(shortlisted):
         capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1])["exports"][0]["decoder"]["runs"] >= 1
+
+
+def test_a_hub_laid_out_nllb_checkpoint_gets_a_shortlist_in_its_own_tokens(tmp_path):
+    """A fine-tuned NLLB checkpoint (tokenizer.json, language codes before the text): the table is built with its
+    own tokenizer, and a shortlist of its whole vocabulary translates each direction as its full decoder does."""
+    from stages import export
+    from tests.support.fine_tuned import family_root
+
+    paths = family_root("nllb", tmp_path, {"train": 200, "valid": 8, "test": 8}, ("en-de", "en-fr"))
+    with one_torch_thread():
+        export.run(export_params(int8=False, torchscript=False, ctranslate2=False, shortlist=True,
+                                 shortlist_per_source=5, shortlist_frequent=20), paths)
+    figures = json.loads(paths.metrics("export").read_text())["shortlist"]
+    assert figures["training_pairs"] == 400 and "onnx" in figures
+    shortlisted, full = Translator(paths.export, threads=1), Translator(paths.export, threads=1, shortlist=False)
+    assert shortlisted.model.shortlist is not None
+    vocab = shortlisted.manifest.vocab_size
+    with_table(shortlisted, Shortlist(by_source=np.full((vocab, 1), -1), always=np.arange(vocab)))
+    for tgt in ("de", "fr"):
+        assert shortlisted.translate(SENTENCES[:3], beam=4, tgt=tgt) == full.translate(SENTENCES[:3], beam=4, tgt=tgt)

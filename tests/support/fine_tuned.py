@@ -48,3 +48,23 @@ def write_languages(model_dir: Path, directions: Directions) -> ModelLanguages:
     languages = ModelLanguages(directions, family, codes, layouts)
     languages.write(model_dir)
     return languages
+
+
+def family_root(family: str, root: Path, sizes: dict[str, int], directions: tuple[str, ...]):
+    """`root` as a project after fine-tuning a `family` checkpoint: data/clean with `sizes` pairs per split of each
+    direction, and models/final the tiny checkpoint (laid out as the hub's) with redrawn weights and its
+    languages.json."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from pipeline.artifacts import Paths
+    from tests.conftest import write_clean_splits
+    from tests.support.tiny_checkpoints import build_tiny
+
+    paths = Paths(root)
+    write_clean_splits(root, sizes, directions)
+    build_tiny(family, paths.final_model)
+    model = AutoModelForSeq2SeqLM.from_pretrained(paths.final_model)
+    redrawn(model)
+    model.save_pretrained(paths.final_model)
+    write_languages(paths.final_model, Directions.of(directions))
+    return paths

@@ -62,3 +62,22 @@ def test_the_file_round_trips_and_a_bad_one_is_named(tmp_path):
         Shortlist.read(tmp_path / "bad.npz")
     with pytest.raises(ExportDirError, match="missing.npz not found"):
         Shortlist.read(tmp_path / "missing.npz")
+
+
+def test_a_training_split_without_pairs_or_missing_is_named(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.artifacts import Paths
+    from pipeline.corpus import PAIR_SCHEMA
+    from pipeline.errors import MissingArtifact
+    from pipeline.runtime.errors import PipelineError
+    from stages.export.shortlist import training_pairs
+
+    paths = Paths(tmp_path)
+    with pytest.raises(MissingArtifact, match="train"):
+        training_pairs(paths, tokenizer=None)
+    paths.clean.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([], schema=PAIR_SCHEMA), paths.split_file(paths.clean, "train"))
+    with pytest.raises(PipelineError, match=r"train\.parquet: no training pairs"):
+        training_pairs(paths, tokenizer=lambda texts=None, text_target=None, **_: {"input_ids": []})
