@@ -121,9 +121,10 @@ class Batch:
         return self.input_ids.size + self.labels.size
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The model's inputs and labels by name."""
+        """The model's inputs, labels and the flat positions of the real target tokens (loss.TokenLoss), by name."""
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "decoder_input_ids": self.decoder_input_ids, "labels": self.labels}
+                "decoder_input_ids": self.decoder_input_ids, "labels": self.labels,
+                "target_positions": np.flatnonzero(self.labels.reshape(-1) != IGNORE_INDEX)}
 
 
 class Collator:

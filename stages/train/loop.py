@@ -68,13 +68,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from pipeline.artifacts import Paths, write_json
 from pipeline.runtime.errors import PipelineError
 from stages.train import checkpoint
-from stages.train.batching import IGNORE_INDEX, PlannedUpdate, planned_updates
+from stages.train.batching import PlannedUpdate, planned_updates
 from stages.train.bleu import ValidBleu
 from stages.train.data import RunData, load_data
 from stages.train.directions import best_figures, mean, per_direction_text, validation_row
@@ -82,6 +81,7 @@ from stages.train.distributed import Distributed
 from stages.train.dropout import training_dropout
 from stages.train.kernels import kernel_settings, usable_cores
 from stages.train.live import Logger, SystemFigures
+from stages.train.loss import TokenLoss
 from stages.train.model import (
     build_model,
     count_parameters,
@@ -114,21 +114,10 @@ class TrainingDiverged(PipelineError):
         )
 
 
-def seq2seq_loss(model: Any, inputs: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
-    """Summed label-smoothed cross entropy over the real target tokens (labels are IGNORE_INDEX on padding)."""
-    logits = model(
-        input_ids=inputs["input_ids"],
-        attention_mask=inputs["attention_mask"],
-        decoder_input_ids=inputs["decoder_input_ids"],
-        use_cache=False,
-    ).logits
-    return F.cross_entropy(
-        logits.float().view(-1, logits.size(-1)),  # fp32 softmax under bf16/fp16 autocast
-        inputs["labels"].view(-1),
-        ignore_index=IGNORE_INDEX,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
+def seq2seq_loss(objective: torch.nn.Module, inputs: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
+    """Summed label-smoothed cross entropy over the real target tokens, through `objective` (a loss.TokenLoss, or
+    DDP around one)."""
+    return objective(**inputs, label_smoothing=label_smoothing)
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
@@ -156,7 +145,7 @@ class Run:
     threads: int
     data: RunData
     model: torch.nn.Module  # the bare model: validation, decoding, checkpoints and the final save use it
-    ddp_model: torch.nn.Module  # the model the training forward runs through (DDP-wrapped with several ranks)
+    objective: torch.nn.Module  # the training forward: loss.TokenLoss around the model (DDP-wrapped with several ranks)
     amp_dtype: torch.dtype | None
     scaler: torch.amp.GradScaler
     optimizer: torch.optim.Optimizer
@@ -222,9 +211,9 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
         enable_gradient_checkpointing(model, lambda: training_dropout(dist.device))
     training_attention(model, dist.device)
     model.to(dist.device)
-    # DDP wraps the model for the training forward (its hooks all-reduce gradients in backward());
+    # DDP wraps the objective for the training forward (its hooks all-reduce gradients in backward());
     # validation, decoding and saving use the bare model.
-    ddp_model = DDP(model) if dist.world > 1 else model
+    objective = DDP(TokenLoss(model)) if dist.world > 1 else TokenLoss(model)
     amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[train_params.precision]
     scaler = torch.amp.GradScaler(dist.device.type, enabled=train_params.precision == "fp16")
     # Fused AdamW: one kernel per parameter group and step, on CPUs as on GPUs; it also takes the on-device
@@ -241,7 +230,7 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     return Run(
         train_params=train_params, spec=spec, precision_reason=precision_reason, paths=paths, dist=dist,
         threads=threads, data=data,
-        model=model, ddp_model=ddp_model, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
+        model=model, objective=objective, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
         schedule=schedule, pad_rows=pad_rows,
         fingerprint=checkpoint.fingerprint(spec, dist.world, paths.tokenized, len(data.directions)),
         logger=Logger(paths.dvclive, dist.is_main),
@@ -287,9 +276,9 @@ def forward_backward(run: Run, update: ReadyUpdate) -> torch.Tensor:
         # DDP all-reduces gradients inside backward(). no_sync() lets all but the last micro-batch only
         # accumulate locally, so an update costs one all-reduce whatever update_freq is.
         last_micro = m == len(update.inputs) - 1
-        with run.ddp_model.no_sync() if run.dist.world > 1 and not last_micro else nullcontext():
+        with run.objective.no_sync() if run.dist.world > 1 and not last_micro else nullcontext():
             with run.autocast(), run.dropout():
-                loss_sum = seq2seq_loss(run.ddp_model, inputs, run.train_params.label_smoothing)
+                loss_sum = seq2seq_loss(run.objective, inputs, run.train_params.label_smoothing)
             run.scaler.scale(loss_sum * scale).backward()
         update_loss += loss_sum.detach()
     return update_loss
@@ -364,7 +353,7 @@ def fit(state: TrainState, run: Run, on_update: UpdateHook | None = None) -> str
                            run.train_params.update_freq, state.epoch, state.update_in_epoch)
     feed = Prefetcher(plan, run.data.train, run.device, PREFETCH_UPDATES)
     pending: PendingUpdate | None = None
-    run.ddp_model.train()
+    run.objective.train()
     state.window_mark = time.perf_counter()
     try:
         while not stop:
@@ -477,15 +466,15 @@ def log_window(state: TrainState, run: Run) -> bool:
 def valid_loss_sums(run: Run, batch_list: list[tuple[int, np.ndarray]]) -> list[float]:
     """Per direction, the summed valid loss and target tokens over `batch_list` ([loss_0, tokens_0, loss_1, ...];
     no label smoothing, no dropout)."""
-    run.model.eval()
+    valid_objective = TokenLoss(run.model).eval()  # eval() reaches the model: no dropout
     directions = len(run.data.directions)
     totals = [torch.zeros((), dtype=torch.float64, device=run.device) for _ in range(directions)]
     tokens = [0] * directions
     with torch.no_grad(), run.autocast():
         for d, idx in batch_list:
             batch = run.data.valid(idx)
-            totals[d] += seq2seq_loss(run.model, on_device({k: torch.from_numpy(a) for k, a in batch.arrays().items()},
-                                                           run.device), 0.0)
+            inputs = on_device({k: torch.from_numpy(a) for k, a in batch.arrays().items()}, run.device)
+            totals[d] += seq2seq_loss(valid_objective, inputs, 0.0)
             tokens[d] += batch.tgt_tokens
     run.model.train()
     return [x for d in range(directions) for x in (totals[d].item(), float(tokens[d]))]

@@ -433,30 +433,36 @@ def test_a_rank_that_dies_ends_the_job_non_zero_without_hanging(tokenized, tmp_p
     assert not (tmp_path / "models" / "final").exists()
 
 
-def test_uniform_dropout_keeps_1_minus_p_of_the_values_scaled_and_is_swapped_in_only_on_cpus():
+def test_cpu_dropout_keeps_1_minus_p_of_the_values_scaled_and_is_swapped_in_only_on_cpus():
     import threading
 
     import torch
     import torch.nn.functional as F
 
-    from stages.train.dropout import training_dropout, uniform_dropout
+    from stages.train.dropout import MASK_LEVELS, cpu_dropout, training_dropout
 
     x = torch.ones(1000, 1000, requires_grad=True)
     torch.manual_seed(0)
-    y = uniform_dropout(x, p=0.2)
+    y = cpu_dropout(x, p=0.2)
     kept = y != 0
     assert abs(kept.float().mean().item() - 0.8) < 0.003  # 1M draws: the standard error is 0.0004
-    assert torch.all(y[kept] == 1.25)
+    # Each 64-bit draw makes four masks: each of the four keeps its share (no bits lost to a sign or a range).
+    for quarter in range(4):
+        assert abs(kept.view(-1)[quarter::4].float().mean().item() - 0.8) < 0.005
+    dropped = round(0.2 * MASK_LEVELS)  # p rounded to 1/65536; the scale is the rounded p's, 1.2500095
+    assert torch.all(y[kept] == MASK_LEVELS / (MASK_LEVELS - dropped)) and abs(y.mean().item() - 1.0) < 0.005
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())  # the gradient goes through the same mask and scale
-    assert uniform_dropout(x, p=0.2, training=False) is x and uniform_dropout(x, p=0.0) is x
-    assert torch.count_nonzero(uniform_dropout(x, p=1.0)) == 0
+    assert cpu_dropout(x, p=0.2, training=False) is x and cpu_dropout(x, p=0.0) is x
+    assert torch.count_nonzero(cpu_dropout(x, p=1.0)) == 0
+    odd = cpu_dropout(torch.ones(7, 3, 5), p=0.5)  # 105 values: not a whole number of draws
+    assert odd.shape == (7, 3, 5) and set(odd.unique().tolist()) <= {0.0, 2.0}
 
-    # Inside the block, F.dropout calls draw uniform masks; the function itself is never rebound.
+    # Inside the block, F.dropout calls draw the CPU masks; the function itself is never rebound.
     original = F.dropout
     ones = torch.ones(200, 200)
     torch.manual_seed(1)
-    expected = uniform_dropout(ones, p=0.3)
+    expected = cpu_dropout(ones, p=0.3)
     torch.manual_seed(1)
     with training_dropout(torch.device("cpu")):
         assert F.dropout is original

@@ -1,0 +1,90 @@
+"""The training objective: summed label-smoothed cross entropy over a batch's real target tokens.
+
+`TokenLoss` wraps the model so that DDP wraps the whole objective (its hooks need the forward that DDP runs). It
+runs the family's base model (encoder + decoder), then the output projection on the real target positions only
+(`target_positions`, computed on the host by the collator, so no device sync asks which rows are padding), so
+the largest matmul and everything after it skip the padding. Marian and mBART add `final_logits_bias` to the
+logits; it is a buffer that training never changes, all zeros in the models built here (OPUS-MT checkpoints carry
+Marian's output bias in it), so it is added only where it is not zero: a zero add would cost a full pass over the
+logits.
+
+On CPUs the loss runs through `SmoothedCrossEntropy`: a hand-written forward and backward that reads the bf16 (or
+fp32) logits a few rows at a time in fp32, and writes the gradient once, in the logits' dtype. PyTorch's
+`cross_entropy(label_smoothing=...)` instead casts the whole logits tensor to fp32, writes the log-softmax, a
+zero-filled gradient, the smoothing's gradient and the log-softmax's gradient each as a full fp32 tensor: on
+2 CPU cores and the cpu-ref batch (1,925 target tokens x 8,001 pieces) its forward and backward take 109 ms, these
+21 ms (bench/README.md). GPUs keep PyTorch's fused kernels, which this chunked loop was not measured against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# Logits elements per chunk on CPUs: 2**19 fp32 values (2 MiB), within a core's L2 cache with its exponentials.
+CPU_CHUNK_ELEMENTS = 1 << 19
+
+
+class SmoothedCrossEntropy(torch.autograd.Function):
+    """sum over rows of logsumexp(x) - (1 - eps) x[target] - eps mean(x), exactly PyTorch's label-smoothed cross
+    entropy with reduction="sum"; its gradient is softmax(x) - (1 - eps) onehot(target) - eps / V."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+        rows, vocab = logits.shape
+        chunk = max(1, CPU_CHUNK_ELEMENTS // vocab)
+        lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for start in range(0, rows, chunk):
+            x = logits[start:start + chunk].float()
+            part = torch.logsumexp(x, dim=1)
+            lse[start:start + chunk] = part
+            picked = x.gather(1, target[start:start + chunk, None])
+            total += part.sum() - (1.0 - smoothing) * picked.sum() - (smoothing / vocab) * x.sum()
+        ctx.save_for_backward(logits, target, lse)
+        ctx.smoothing = smoothing
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        logits, target, lse = ctx.saved_tensors
+        rows, vocab = logits.shape
+        chunk = max(1, CPU_CHUNK_ELEMENTS // vocab)
+        on_target = torch.full((1, 1), -(1.0 - ctx.smoothing), dtype=torch.float32, device=logits.device)
+        grad = torch.empty_like(logits)
+        for start in range(0, rows, chunk):
+            p = torch.exp(logits[start:start + chunk].float() - lse[start:start + chunk, None])  # softmax
+            p.sub_(ctx.smoothing / vocab)
+            p.scatter_add_(1, target[start:start + chunk, None], on_target.expand(p.shape[0], 1))
+            grad[start:start + chunk] = p.mul_(grad_total)
+        return grad, None, None
+
+
+def summed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The summed label-smoothed cross entropy of (rows, vocab) logits, computed in fp32 whatever their dtype."""
+    if logits.device.type == "cpu":
+        return SmoothedCrossEntropy.apply(logits, target, smoothing)
+    return F.cross_entropy(logits.float(), target, label_smoothing=smoothing, reduction="sum")
+
+
+class TokenLoss(torch.nn.Module):
+    """The model with its training objective as its forward: the summed loss of a batch's real target tokens."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        bias = getattr(model, "final_logits_bias", None)
+        # Read once: the bias is a buffer no update touches (a resumed checkpoint holds the same values).
+        self.logits_bias = bias if bias is not None and bool(bias.any()) else None
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
+                labels: torch.Tensor, target_positions: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+        hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                       decoder_input_ids=decoder_input_ids, use_cache=False).last_hidden_state
+        real = hidden.reshape(-1, hidden.size(-1)).index_select(0, target_positions)
+        logits = self.model.get_output_embeddings()(real)
+        if self.logits_bias is not None:
+            logits = logits.float() + self.logits_bias[0]
+        return summed_cross_entropy(logits, labels.reshape(-1).index_select(0, target_positions), label_smoothing)
