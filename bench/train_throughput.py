@@ -198,11 +198,13 @@ def decoding_settings() -> dict[str, Any]:
     return {"max_len_a": evaluate.max_len_a, "max_len_b": evaluate.max_len_b}
 
 
-def model_settings() -> dict[str, Any]:
+def model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The cpu-ref model, with the --model overrides (the model params' keys: d_model=128 encoder_layers=4)."""
     from pipeline.params import ModelParams
     from stages.train.model import model_spec
 
-    return model_spec(ModelParams(preset="cpu-ref"))
+    overrides = dict(item.split("=", 1) for item in args.model)
+    return model_spec(ModelParams(preset="cpu-ref", **overrides))
 
 
 def run_ours(args: argparse.Namespace, work: Path, precision: str) -> dict[str, Any]:
@@ -212,7 +214,7 @@ def run_ours(args: argparse.Namespace, work: Path, precision: str) -> dict[str, 
     root = work / f"ours_{precision}"
     (root / "data").mkdir(parents=True)
     os.symlink(work / "data" / "tokenized", root / "data" / "tokenized")
-    spec = {"root": str(root), "train": train_params(args, precision), "model": model_settings(),
+    spec = {"root": str(root), "train": train_params(args, precision), "model": model_settings(args),
             "evaluate": decoding_settings()}
     clock = StepClock(args.warmup_steps, args.seconds, args.max_updates)
     forward_backward = loop.forward_backward
@@ -280,7 +282,7 @@ def run_hf(args: argparse.Namespace, work: Path, meta: dict[str, Any], batch_sen
     dataset = [{"input_ids": src[i].astype(np.int64).tolist(), "labels": tgt[i].astype(np.int64).tolist()}
                for i in range(len(src))]
     tokenizer = AutoTokenizer.from_pretrained(tokenized / "hf_tokenizer")
-    model = build_model(model_settings(), meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=1)
+    model = build_model(model_settings(args), meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=1)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     clock = StepClock(args.warmup_steps, args.seconds, args.max_updates)
 
@@ -346,7 +348,7 @@ def profile_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     train = train_params(args, args.profile_precision)
     train["max_steps"] = args.profile + 11
     with prof, attention_kernel(args.attention):
-        loop.train({"root": str(root), "train": train, "model": model_settings(), "evaluate": decoding_settings()})
+        loop.train({"root": str(root), "train": train, "model": model_settings(args), "evaluate": decoding_settings()})
     hook.remove()
     events = prof.key_averages()
     print(f"{args.profile} updates of ours in {args.profile_precision}, {args.threads} thread(s)")
@@ -388,6 +390,8 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     parser.add_argument("--attention", choices=("stage", "eager", "sdpa", "sdpa-math"), default="stage",
                         help="ours: the kernel the training stage picks (eager on CPUs), or another")
+    parser.add_argument("--model", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="the model params' overrides of the cpu-ref preset, for every trainer (d_model=128)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N updates of ours instead")
     parser.add_argument("--profile-precision", choices=("fp32", "bf16"), default="bf16")
     args = parser.parse_args()
@@ -429,7 +433,7 @@ def main() -> None:
         ours_tgt_per_batch = float(tgt_len.sum()) / len(batches)
         # hf batches hold sentences: as many as make about the same real target tokens per batch.
         batch_sentences = max(1, round(ours_tgt_per_batch / float(tgt_len.mean())))
-        arch = model_settings()["arch"]
+        arch = model_settings(args)["arch"]
         flops_exact, flops_rule = flops_per_target_token(arch, meta["vocab_size"], src_len, tgt_len)
 
         peaks_before = {p: matmul_peak(args.threads, p) for p in ("fp32", "bf16")}
@@ -456,7 +460,7 @@ def report(args: argparse.Namespace, meta: dict[str, Any], results: dict[tuple[s
     figures: dict[str, Any] = {
         "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
         "bf16_native": bf16_native, "vocab_size": meta["vocab_size"], "train_pairs": int(len(tgt_len)),
-        "model": "cpu-ref", "precisions": args.precisions,
+        "model": " ".join(["cpu-ref", *args.model]), "precisions": args.precisions,
         "ours_batch_tgt_tokens": round(ours_tgt_per_batch, 1), "hf_batch_sentences": batch_sentences,
         "hf_batch_tgt_tokens": round(batch_sentences * float(tgt_len.mean()), 1),
         "train_flops_per_tgt_token": round(flops_exact), "train_flops_per_tgt_token_6n_rule": round(flops_rule),
@@ -465,7 +469,8 @@ def report(args: argparse.Namespace, meta: dict[str, Any], results: dict[tuple[s
     for p, peak in peaks.items():
         figures[f"matmul_peak_{p}_gflops"] = round(peak / 1e9, 2)
         figures[f"matmul_peak_{p}_gflops_after_trainers"] = round(peaks_after[p] / 1e9, 2)
-    print(f"Multi30k en-de, cpu-ref, {args.threads} thread(s), {args.seconds:.0f} s per trainer after "
+    model = " ".join(["cpu-ref", *args.model])
+    print(f"Multi30k en-de, {model}, {args.threads} thread(s), {args.seconds:.0f} s per trainer after "
           f"{args.warmup_steps} warm-up updates; bf16 {'native' if bf16_native else 'EMULATED'}: {bf16_reason}")
     print("matmul peak (best of before and after the trainers): " + ", ".join(
         f"{p} {peaks[p] / 1e9:.1f} GFLOP/s (after: {peaks_after[p] / 1e9:.1f})" for p in peaks)

@@ -18,6 +18,10 @@ direction after its decoder prefix (bleu.py). `train.freeze` fixes the embedding
 gradient, so AdamW leaves them as they are); `train.gradient_checkpointing` recomputes activations in backward
 and takes the same updates as without it.
 
+The objective (loss.py): the summed label-smoothed cross entropy of the real target tokens, as a module around
+the model that DDP wraps whole; it projects only those tokens onto the vocabulary, and on CPUs computes the loss
+from the bf16 logits a few rows at a time in fp32 instead of through full-size fp32 copies.
+
 An update consumes `world x update_freq` token-bucketed batches (batching.py says which rank gets which). Its
 gradient is that of the summed token losses of all those batches divided by their real target tokens, so it is
 the same whether the batches are spread over processes or accumulated in one: 2 processes x 1 micro-batch and

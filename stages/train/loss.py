@@ -11,9 +11,9 @@ logits.
 On CPUs the loss runs through `SmoothedCrossEntropy`: a hand-written forward and backward that reads the bf16 (or
 fp32) logits a few rows at a time in fp32, and writes the gradient once, in the logits' dtype. PyTorch's
 `cross_entropy(label_smoothing=...)` instead casts the whole logits tensor to fp32, writes the log-softmax, a
-zero-filled gradient, the smoothing's gradient and the log-softmax's gradient each as a full fp32 tensor: on
-2 CPU cores and the cpu-ref batch (1,925 target tokens x 8,001 pieces) its forward and backward take 109 ms, these
-21 ms (bench/README.md). GPUs keep PyTorch's fused kernels, which this chunked loop was not measured against.
+zero-filled gradient, the smoothing's gradient and the log-softmax's gradient each as a full fp32 tensor, several
+times the memory traffic (bench/README.md has the profile before and after). GPUs keep PyTorch's fused kernels,
+which this chunked loop was not measured against.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# Logits elements per chunk on CPUs: 2**19 fp32 values (2 MiB), within a core's L2 cache with its exponentials.
+# Logits elements per chunk on CPUs: 2**19 (2 MiB in fp32), so that each pass over a chunk finds it in cache;
+# chunks of 32, 64 and 128 rows of 8,001 pieces took the same time.
 CPU_CHUNK_ELEMENTS = 1 << 19
 
 
@@ -77,7 +78,7 @@ class TokenLoss(torch.nn.Module):
         self.model = model
         bias = getattr(model, "final_logits_bias", None)
         # Read once: the bias is a buffer no update touches (a resumed checkpoint holds the same values).
-        self.logits_bias = bias if bias is not None and bool(bias.any()) else None
+        self.adds_logits_bias = bias is not None and bool(bias.any())
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
                 labels: torch.Tensor, target_positions: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -85,6 +86,6 @@ class TokenLoss(torch.nn.Module):
                                        decoder_input_ids=decoder_input_ids, use_cache=False).last_hidden_state
         real = hidden.reshape(-1, hidden.size(-1)).index_select(0, target_positions)
         logits = self.model.get_output_embeddings()(real)
-        if self.logits_bias is not None:
-            logits = logits.float() + self.logits_bias[0]
+        if self.adds_logits_bias:
+            logits = logits.float() + self.model.final_logits_bias[0]
         return summed_cross_entropy(logits, labels.reshape(-1).index_select(0, target_positions), label_smoothing)
