@@ -23,8 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# Logits elements per chunk on CPUs: 2**19 (2 MiB in fp32), so that each pass over a chunk finds it in cache;
-# chunks of 32, 64 and 128 rows of 8,001 pieces took the same time.
+# Logits elements per chunk on CPUs: 2**19 (2 MiB in fp32), so that each pass over a chunk finds it in cache.
 CPU_CHUNK_ELEMENTS = 1 << 19
 
 
