@@ -13,8 +13,10 @@ next-token candidates a beam needs, and the manifest `export.json` as a typed, v
                      present_self_key_0, present_self_value_0, ... (rows, past_len + new_len long)
 
     decoder.shortlist.onnx   (export.shortlist) the decoder ranking each sentence's shortlist only:
-                  decoder.onnx's inputs with shortlist (batch, width) int64 after cache_rows: each sentence's
-                     target ids, <pad> after its last (pipeline/runtime/shortlist.py, whose shortlist.npz lies beside)
+                  decoder.onnx's inputs with, after cache_rows, shortlist (batch, width) int64: each sentence's
+                     target ids, <pad> after its last (pipeline/runtime/shortlist.py, whose shortlist.npz lies beside),
+                     and shortlist_projection (batch, d_model, width): the output projection's columns of those ids,
+                     float32 (int8 in decoder.shortlist.int8.onnx), gathered from shortlist_projection.npz
                   -> next_log_probs, next_ids (rows, candidates), present self cache (no logits)
 
 Caches are one tensor per decoder layer and kind, shaped (rows, heads, length, head_dim); `batch` counts
@@ -62,10 +64,13 @@ ONNX_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 ONNX_INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
 TORCHSCRIPT_FILES = {"encoder": "encoder.ts.pt", "decoder": "decoder.ts.pt"}
 CTRANSLATE2_DIR = "ctranslate2"
-# The manifest's `files.shortlist`: the table and the shortlisted decoder of each ONNX precision exported.
-SHORTLIST_FILES = {"table": "shortlist.npz", "onnx": "decoder.shortlist.onnx",
-                   "onnx_int8": "decoder.shortlist.int8.onnx"}
+# The manifest's `files.shortlist`: the table, the output projection's rows per target id (arrays `onnx` and
+# `onnx_int8`: float32 and int8, in the shortlisted graph's input type) and the shortlisted decoder of each ONNX
+# precision exported.
+SHORTLIST_FILES = {"table": "shortlist.npz", "projection": "shortlist_projection.npz",
+                   "onnx": "decoder.shortlist.onnx", "onnx_int8": "decoder.shortlist.int8.onnx"}
 SHORTLIST_INPUT = "shortlist"
+SHORTLIST_PROJECTION_INPUT = "shortlist_projection"
 
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 DECODER_FIRST_INPUTS = ("decoder_input_ids", "encoder_attention_mask", "cache_rows")
@@ -103,11 +108,23 @@ def decoder_outputs(layers: int) -> list[str]:
 
 
 def shortlisted_decoder_inputs(layers: int) -> list[str]:
-    return [*DECODER_FIRST_INPUTS, SHORTLIST_INPUT, *cache_names("self", layers), *cache_names("cross", layers)]
+    return [*DECODER_FIRST_INPUTS, SHORTLIST_INPUT, SHORTLIST_PROJECTION_INPUT, *cache_names("self", layers),
+            *cache_names("cross", layers)]
 
 
 def shortlisted_decoder_outputs(layers: int) -> list[str]:
     return decoder_outputs(layers)[1:]
+
+
+@dataclass(frozen=True)
+class ShortlistFiles:
+    """A shortlisted decoder's files, by name within the export: the table, the projection rows (array
+    `precision` of that file) and the graph."""
+
+    table: str
+    projection: str
+    precision: str
+    graph: str
 
 
 class ExportDirError(PipelineError):
@@ -168,12 +185,18 @@ class ExportManifest:
         """{graph: file name} of the fp32 (or int8) ONNX graphs; None when they were not exported."""
         return self.files.get("onnx_int8" if int8 else "onnx")
 
-    def shortlisted_decoder(self, int8: bool = False) -> tuple[str, str] | None:
-        """(shortlist table, shortlisted decoder graph) file names for the fp32 (or int8) graphs; None when the
-        export has no shortlist (export.shortlist: false, or an export from before it)."""
+    def shortlisted_decoder(self, int8: bool = False) -> ShortlistFiles | None:
+        """The shortlist's files for the fp32 (or int8) graphs; None when the export has no shortlist
+        (export.shortlist: false). An export whose shortlisted decoder is of the whole-vocabulary projection
+        before it (no projection file) is an ExportDirError: export it again."""
         shortlist = self.files.get("shortlist") or {}
-        graph = shortlist.get("onnx_int8" if int8 else "onnx")
-        return None if graph is None else (shortlist["table"], graph)
+        precision = "onnx_int8" if int8 else "onnx"
+        if precision not in shortlist:
+            return None
+        if "projection" not in shortlist:
+            raise ExportDirError(f"this export's shortlisted decoder ({shortlist[precision]}) is of an earlier "
+                                 "version: export it again (`dvc repro export`)")
+        return ShortlistFiles(shortlist["table"], shortlist["projection"], precision, shortlist[precision])
 
     def to_json(self) -> dict[str, Any]:
         layers = self.dims.decoder_layers

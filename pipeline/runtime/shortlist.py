@@ -3,13 +3,18 @@ students decode with, so the decoder ranks a few hundred tokens a step instead o
 
     shortlist.npz   by_source (source vocab, per_source) int32: each source id's likeliest target ids, -1 padded
                     always (frequent,) int32: the target ids every sentence may use (the most frequent ones, </s>)
+    shortlist_projection.npz
+                    onnx (vocab, d_model) float32, onnx_int8 (vocab, d_model) int8: each target id's output
+                    projection column, in the type of that precision's shortlisted graph (the int8 graph holds the
+                    columns' scales), which gathers the batch's (sentences, d_model, width) matrix from it
 
 A sentence's shortlist is `always` and the candidates of each of its source ids, sorted and without repeats. It is a
 sentence's own, not its batch's (CTranslate2's vocabulary map takes the union over the batch), so a translation does
 not depend on which sentences share its batch, and a sentence's list stays a few hundred ids however large the batch
 (on Multi30k with per_source 20 and always 100, about 160 of a 4000-piece vocabulary). The export stage builds it
-(stages/export/shortlist.py); the shortlisted decoder graph (pipeline/runtime/export_format.py) ranks the next token
-among a row's sentence's shortlist only. Imports numpy only.
+(stages/export/shortlist.py); the shortlisted decoder graph (pipeline/runtime/export_format.py) projects each row
+onto its sentence's shortlist only and ranks the next token there, from the columns gathered here once per batch.
+Imports numpy only.
 """
 
 from __future__ import annotations
@@ -22,6 +27,27 @@ import numpy as np
 from pipeline.runtime.export_format import ExportDirError
 
 SHORTLIST_FILE = "shortlist.npz"
+
+
+def read_projection(path: Path, precision: str) -> np.ndarray:
+    """The (vocab, d_model) projection rows of `precision` (onnx | onnx_int8) in `path`; ExportDirError naming the
+    file and what is wrong with it otherwise."""
+    try:
+        with np.load(path) as arrays:
+            rows = arrays[precision]
+    except FileNotFoundError:
+        raise ExportDirError(f"{path} not found (listed in export.json)") from None
+    except (KeyError, ValueError, OSError) as err:
+        raise ExportDirError(f"{path}: no {precision} projection rows: {err}") from None
+    if rows.ndim != 2:
+        raise ExportDirError(f"{path}: {precision} must be (vocab, d_model), got shape {rows.shape}")
+    return np.ascontiguousarray(rows)
+
+
+def projection_columns(rows: np.ndarray, shortlists: np.ndarray) -> np.ndarray:
+    """(sentences, d_model, width): each sentence's shortlisted ids' columns of the output projection, from its
+    (vocab, d_model) rows, laid out as the graph's MatMul reads them."""
+    return np.ascontiguousarray(rows[shortlists].transpose(0, 2, 1))
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ from pipeline.runtime.export_format import (
     ENCODER_INPUTS,
     MANIFEST,
     SHORTLIST_INPUT,
+    SHORTLIST_PROJECTION_INPUT,
     ExportDirError,
     ExportManifest,
     cache_names,
@@ -74,7 +75,7 @@ from pipeline.runtime.export_format import (
 )
 from pipeline.runtime.languages import Direction
 from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
-from pipeline.runtime.shortlist import Shortlist
+from pipeline.runtime.shortlist import Shortlist, projection_columns, read_projection
 from pipeline.runtime.text_pieces import MarianSentencePiece, TextPieces, TokenizerFilesError, text_pieces
 
 # MarianSentencePiece lived here before pipeline.runtime.text_pieces: callers still import it from this module.
@@ -113,18 +114,26 @@ def ort_session(path: Path, threads: int = DEFAULT_THREADS, profile_prefix: str 
 
 @dataclass(frozen=True)
 class BatchShortlist:
-    """What a shortlisted decoder needs besides its graph: the table, and the id that pads a sentence's list."""
+    """What a shortlisted decoder needs besides its graph: the table, the id that pads a sentence's list, and the
+    output projection's (vocab, d_model) rows in the graph's input type."""
 
     table: Shortlist
     pad_id: int
+    projection: np.ndarray
+
+    def for_batch(self, input_ids: np.ndarray, attention_mask: np.ndarray, minimum: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """(shortlists (sentences, width), their projection columns (sentences, d_model, width)) of a batch."""
+        shortlists = self.table.for_batch(input_ids, attention_mask, self.pad_id, minimum)
+        return shortlists, projection_columns(self.projection, shortlists)
 
 
 class OnnxSeq2Seq:
     """The encoder and KV-cached decoder sessions, called with numpy arrays.
 
     With `shortlist`, the decoder is a shortlisted one (decoder.shortlist.onnx): `encode` returns each sentence's
-    shortlist after its cross cache, as one more per-sentence array that the search carries (and drops with a
-    finished sentence) like the cross cache, and `decode` feeds it to the graph."""
+    shortlist and its projection columns after its cross cache, as two more per-sentence arrays that the search
+    carries (and drops with a finished sentence) like the cross cache, and `decode` feeds them to the graph."""
 
     def __init__(self, encoder_path: Path, decoder_path: Path, threads: int = DEFAULT_THREADS,
                  shortlist: BatchShortlist | None = None):
@@ -156,8 +165,7 @@ class OnnxSeq2Seq:
         """(last_hidden_state, cross cache), the cross cache followed by the sentences' shortlists if shortlisted."""
         hidden, *cross = self.encoder.run(None, dict(zip(ENCODER_INPUTS, (input_ids, attention_mask), strict=True)))
         if self.shortlist is not None:
-            cross.append(self.shortlist.table.for_batch(input_ids, attention_mask, self.shortlist.pad_id,
-                                                        self.candidates))
+            cross += self.shortlist.for_batch(input_ids, attention_mask, self.candidates)
         return hidden, cross
 
     def empty_cache(self, rows: int) -> Cache:
@@ -180,7 +188,7 @@ class OnnxSeq2Seq:
         first = (decoder_input_ids, encoder_attention_mask, cache_rows)
         feeds = dict(zip(DECODER_FIRST_INPUTS, first, strict=True))
         if self.shortlist is not None:
-            *cross_cache, feeds[SHORTLIST_INPUT] = cross_cache
+            *cross_cache, feeds[SHORTLIST_INPUT], feeds[SHORTLIST_PROJECTION_INPUT] = cross_cache
             if logits:
                 raise ValueError("a shortlisted decoder returns next-token candidates, not logits")
         feeds.update(zip(self.self_cache_names, self_cache, strict=True))
@@ -263,10 +271,12 @@ class Translator:
         shortlisted = self.manifest.shortlisted_decoder(int8) if shortlist else None
         if shortlisted is None:
             return OnnxSeq2Seq(encoder, decoder, threads=1)
-        table, graph = (self.model_dir / name for name in shortlisted)
+        graph = self.model_dir / shortlisted.graph
         if not graph.is_file():
             raise ExportDirError(f"{graph} not found (listed in {MANIFEST})")
-        return OnnxSeq2Seq(encoder, graph, threads=1, shortlist=BatchShortlist(Shortlist.read(table), self.ids.pad))
+        projection = read_projection(self.model_dir / shortlisted.projection, shortlisted.precision)
+        batch_shortlist = BatchShortlist(Shortlist.read(self.model_dir / shortlisted.table), self.ids.pad, projection)
+        return OnnxSeq2Seq(encoder, graph, threads=1, shortlist=batch_shortlist)
 
     def model_for(self, beam: int) -> OnnxSeq2Seq:
         """The sessions a search of width `beam` runs on: a shortlisted decoder returns no logits, so a beam wider

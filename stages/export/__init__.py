@@ -107,8 +107,8 @@ def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, fin
             timings["onnx_int8"] = onnx_graphs.quantize_int8(out, settings.shortlist)
             files["onnx_int8"] = dict(ONNX_INT8_FILES)
         if settings.shortlist:
-            precisions = ("table", "onnx", "onnx_int8") if settings.int8 else ("table", "onnx")
-            files["shortlist"] = {name: SHORTLIST_FILES[name] for name in precisions}
+            precisions = ("onnx", "onnx_int8") if settings.int8 else ("onnx",)
+            files["shortlist"] = {name: SHORTLIST_FILES[name] for name in ("table", "projection", *precisions)}
     if settings.torchscript:
         from stages.export.torchscript import export_torchscript
 

@@ -4,7 +4,8 @@ keys and values, once per sentence; the decoder appends the new tokens' self-att
 is given, so a step costs O(length) instead of re-running the prefix, takes `cache_rows` (the row of the given cache
 each row continues from, so beam search reorders hypotheses without copying caches) and returns the next-token
 candidates a beam of `evaluate.beam` needs, so the search sorts no vocabulary in numpy. With `export.shortlist`,
-decoder.shortlist.onnx is the same decoder ranking each sentence's shortlist instead (wrappers.ShortlistedDecoder).
+decoder.shortlist.onnx is the same decoder projecting onto and ranking each sentence's shortlist instead
+(wrappers.ShortlistedDecoder; its projection: shortlist_projection.py).
 Caches are one (rows, heads,
 length, head_dim) tensor per layer and kind: stacking them would make the graph split and re-stack the whole cache at
 every step. The int8 graphs are onnxruntime's dynamic quantisation of every MatMul with a weight (the output
@@ -30,6 +31,7 @@ from pipeline.runtime.export_format import (
     ONNX_INT8_FILES,
     SHORTLIST_FILES,
     SHORTLIST_INPUT,
+    SHORTLIST_PROJECTION_INPUT,
     decoder_inputs,
     decoder_outputs,
     encoder_outputs,
@@ -37,6 +39,7 @@ from pipeline.runtime.export_format import (
     shortlisted_decoder_outputs,
 )
 from stages.export.quiet import quiet_exporters, quiet_quantizer
+from stages.export.shortlist_projection import quantise_projection, write_projection_rows
 from stages.export.wrappers import export_wrappers, shortlisted_decoder
 
 log = logging.getLogger("mtpipe.export")
@@ -103,14 +106,17 @@ def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int, short
         vocab = model.config.vocab_size
         ids = torch.randperm(vocab, generator=generator)[: 2 * width].reshape(2, width).sort(dim=1).values
         ids[1, -2:] = model.config.pad_token_id
+        columns = model.lm_head.weight.detach()[ids].transpose(1, 2).contiguous()  # (2, d_model, width)
+        width_dim = torch.export.Dim("width", min=decoder.candidates, max=vocab)
         jobs["decoder_shortlist"] = GraphExport(
             shortlisted_decoder(model, beam),
-            (*decoder_args[:3], ids, *decoder_args[3:]),
+            (*decoder_args[:3], ids, columns, *decoder_args[3:]),
             shortlisted_decoder_inputs(layers),
             shortlisted_decoder_outputs(layers),
             # In the order of the arguments: the exporter names the graph's dims by it.
             {**{name: decoder_shapes[name] for name in ("decoder_input_ids", "encoder_attention_mask", "cache_rows")},
-             SHORTLIST_INPUT: {0: batch, 1: torch.export.Dim("width", min=decoder.candidates, max=vocab)},
+             SHORTLIST_INPUT: {0: batch, 1: width_dim},
+             SHORTLIST_PROJECTION_INPUT: {0: batch, 2: width_dim},
              **{name: decoder_shapes[name] for name in ("self_cache", "cross_cache")}},
         )
     return jobs
@@ -124,8 +130,10 @@ INT8_PATHS = {**ONNX_INT8_FILES, "decoder_shortlist": SHORTLIST_FILES["onnx_int8
 def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: int, beam: int,
                 shortlist: bool = False) -> dict[str, float]:
     """Write encoder.onnx and decoder.onnx into `out` (the decoder returns the candidates a beam of width `beam`
-    needs), and decoder.shortlist.onnx with `shortlist`; returns the seconds per graph."""
+    needs), and decoder.shortlist.onnx and its projection rows with `shortlist`; returns the seconds per graph."""
     seconds = {}
+    if shortlist:
+        write_projection_rows(model, out)
     for graph, job in graph_exports(model, example, beam, shortlist).items():
         path = out / ONNX_PATHS[graph]
         log.info("exporting the %s to ONNX (opset %d)", graph, opset)
@@ -180,4 +188,6 @@ def quantize_int8(out: Path, shortlist: bool = False) -> float:
         with quiet_quantizer():
             quantize_dynamic(out / ONNX_PATHS[graph], out / INT8_PATHS[graph], weight_type=QuantType.QInt8,
                              op_types_to_quantize=["MatMul"], per_channel=True)
+    if shortlist:
+        quantise_projection(out, out / INT8_PATHS["decoder_shortlist"])
     return round(time.perf_counter() - start, 2)

@@ -28,7 +28,7 @@ from pipeline.runtime.beam_search import beam_search
 from pipeline.runtime.decoding import SpecialIds, limit_after_prefix, pad_batch
 from pipeline.runtime.errors import PipelineError
 from pipeline.runtime.export_format import SHORTLIST_FILES, Generation
-from pipeline.runtime.shortlist import Shortlist
+from pipeline.runtime.shortlist import Shortlist, read_projection
 from pipeline.runtime.translate import BatchShortlist, OnnxSeq2Seq
 from stages.export.parity import ORT_THREADS, PARITY_BATCH
 from stages.export.stage_inputs import ParityPairs
@@ -140,13 +140,13 @@ def _beam_outputs(runtime: OnnxSeq2Seq, pairs: ParityPairs, generation: Generati
     return hyps
 
 
-def _widths(shortlist: BatchShortlist, pairs: Mapping[str, ParityPairs]) -> list[int]:
+def _widths(table: Shortlist, pad_id: int, pairs: Mapping[str, ParityPairs]) -> list[int]:
     """Each parity source's shortlist width."""
     widths: list[int] = []
     for direction_pairs in pairs.values():
-        ids, mask = pad_batch(direction_pairs.sources, shortlist.pad_id)
-        rows = shortlist.table.for_batch(ids, mask, shortlist.pad_id, 1)
-        widths += (rows != shortlist.pad_id).sum(axis=1).tolist()
+        ids, mask = pad_batch(direction_pairs.sources, pad_id)
+        rows = table.for_batch(ids, mask, pad_id, 1)
+        widths += (rows != pad_id).sum(axis=1).tolist()
     return widths
 
 
@@ -159,12 +159,13 @@ def shortlist_agreement(table: Shortlist, out: Path, files: dict[str, Any], gene
     import sacrebleu
 
     references = [r for p in pairs.values() for r in p.references]
-    shortlist = BatchShortlist(table, special_ids.pad)
     report: dict[str, Any] = {}
     for precision in ("onnx", "onnx_int8"):
         if precision not in files:
             continue
         graphs = files[precision]
+        shortlist = BatchShortlist(table, special_ids.pad,
+                                   read_projection(out / files["shortlist"]["projection"], precision))
         full = OnnxSeq2Seq(out / graphs["encoder"], out / graphs["decoder"], ORT_THREADS)
         shortlisted = OnnxSeq2Seq(out / graphs["encoder"], out / files["shortlist"][precision], ORT_THREADS,
                                   shortlist=shortlist)
@@ -182,5 +183,5 @@ def shortlist_agreement(table: Shortlist, out: Path, files: dict[str, Any], gene
             "bleu": bleu,
             "bleu_delta": round(bleu - bleu_full, 2),
         }
-    report["mean_width"] = round(float(np.mean(_widths(shortlist, pairs))), 1)
+    report["mean_width"] = round(float(np.mean(_widths(table, special_ids.pad, pairs))), 1)
     return report

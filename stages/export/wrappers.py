@@ -11,7 +11,7 @@ and the tests import it.
     EncoderWithCrossCache  input_ids, attention_mask -> last_hidden_state, cross_key_0, cross_value_0, ...
     CachedDecoder          decoder_input_ids, encoder_attention_mask, cache_rows, self cache, cross cache
                            -> logits, next_log_probs, next_ids, present self cache
-    ShortlistedDecoder     the same with each sentence's shortlist after cache_rows
+    ShortlistedDecoder     the same with each sentence's shortlist and its projection columns after cache_rows
                            -> next_log_probs, next_ids, present self cache
     EncoderForExport,      the legacy, uncached TorchScript graphs
     DecoderForExport
@@ -379,37 +379,39 @@ class CachedDecoder(nn.Module):
 class ShortlistedDecoder(CachedDecoder):
     """The cached decoder ranking each row's next token among its sentence's shortlist only
     (pipeline/runtime/shortlist.py): `shortlist` (sentences, width) holds target ids, <pad> where a sentence's list
-    is shorter, which is never ranked.
+    is shorter, which is never ranked; `shortlist_projection` (sentences, d_model, width) the output projection's
+    columns of those ids, which the runtime gathers once per batch (fp32 here; int8 in the int8 graph,
+    stages/export/shortlist_projection.py).
 
-    The log-probabilities are the full decoder's (log-softmax over the whole vocabulary), not renormalised over the
-    shortlist as Marian's are: hypotheses keep the scores they have without it, so a search whose best candidates
-    lie in the lists finds what the full decoder finds. Renormalising was faster (bench/README.md) and lost BLEU.
-
-    The output projection still covers the whole vocabulary, as one int8 matmul with a fixed weight, and the
-    sentence's columns are picked from its log-probabilities: gathering a weight per sentence instead would move
-    more memory than the matmul saves. What shrinks is the top-k over the vocabulary, the largest single cost of a
-    small student's decoder step (bench/README.md). Only the last position is projected: no `logits` output.
+    A row's logits are its sentence's columns only, and its log-probabilities are normalised over them (<pad>
+    left out), as Marian's shortlists and CTranslate2's vocabulary maps normalise over theirs: the whole-vocabulary
+    normaliser would need the whole projection, which is most of a small student's step (bench/README.md). The
+    columns are the sentence's own, not the batch's union, so a translation does not depend on its batch. Only
+    the last position is projected: no `logits` output.
     """
 
     def __init__(self, model: Any, candidates: int):
         super().__init__(model, candidates)
+        del self.output_projection  # an input of this graph, not a weight
         self.pad_id = int(model.config.pad_token_id)
+        # (vocab,), gathered per sentence; none where it is zero (the models trained here), which saves two ops.
+        bias = None if self.final_logits_bias is None else self.final_logits_bias.reshape(-1)
+        self.final_logits_bias = bias if bias is not None and bool(bias.any()) else None
 
     def forward(self, decoder_input_ids: Any, encoder_attention_mask: Any, cache_rows: Any, shortlist: Any,
-                self_cache: list[Any], cross_cache: list[Any]) -> tuple[Any, ...]:
-        """As CachedDecoder's, with the sentences' shortlists -> next_log_probs, next_ids, *present."""
+                shortlist_projection: Any, self_cache: list[Any], cross_cache: list[Any]) -> tuple[Any, ...]:
+        """As CachedDecoder's, with the sentences' shortlists and their projection columns -> next_log_probs,
+        next_ids, *present."""
         hidden, present = self.hidden_states(decoder_input_ids, encoder_attention_mask, cache_rows, self_cache,
                                              cross_cache)
-        logits = self.project(hidden[:, -1])  # (rows, vocab)
-        by_sentence = logits.reshape(shortlist.shape[0], -1, logits.shape[-1])  # (sentences, group, vocab)
-        columns = shortlist[:, None, :].expand(-1, by_sentence.shape[1], -1)
-        # Normalised over the whole vocabulary, as the full decoder's: a shortlisted token's log-probability is
-        # the same number. (ONNX Runtime's LogSoftmax is one pass; its ReduceLogSumExp is slower than the top-k
-        # it would save.)
-        log_probs = torch.log_softmax(by_sentence, dim=-1)
-        picked = torch.gather(log_probs, 2, columns).masked_fill(columns == self.pad_id, torch.finfo(logits.dtype).min)
-        next_log_probs, best = torch.topk(picked, self.candidates, dim=-1)
-        next_ids = torch.gather(columns, 2, best)
+        sentences = shortlist.shape[0]
+        by_sentence = hidden[:, -1].reshape(sentences, -1, hidden.shape[-1])  # (sentences, group, d_model)
+        logits = torch.matmul(by_sentence, shortlist_projection)  # (sentences, group, width)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias[shortlist][:, None, :]
+        logits = logits.masked_fill((shortlist == self.pad_id)[:, None, :], torch.finfo(logits.dtype).min)
+        next_log_probs, best = torch.topk(torch.log_softmax(logits, dim=-1), self.candidates, dim=-1)
+        next_ids = torch.gather(shortlist[:, None, :].expand(-1, best.shape[1], -1), 2, best)
         return (next_log_probs.reshape(-1, self.candidates), next_ids.reshape(-1, self.candidates), *present)
 
 

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.runtime.export_format import ExportManifest
+from pipeline.runtime.export_format import ExportDirError, ExportManifest, ShortlistFiles
 from pipeline.runtime.shortlist import Shortlist
 from pipeline.runtime.translate import BatchShortlist, OnnxSeq2Seq, Translator
 from tests.support.export_helpers import SENTENCES, export_params, one_torch_thread
@@ -44,9 +44,11 @@ def with_table(translator: Translator, table: Shortlist) -> Translator:
 def test_the_manifest_lists_the_shortlist_and_its_graphs(shortlisted):
     paths, metrics = shortlisted
     manifest = ExportManifest.read(paths.export)
-    assert manifest.shortlisted_decoder() == ("shortlist.npz", "decoder.shortlist.onnx")
-    assert manifest.shortlisted_decoder(int8=True) == ("shortlist.npz", "decoder.shortlist.int8.onnx")
-    for name in ("shortlist.npz", "decoder.shortlist.onnx", "decoder.shortlist.int8.onnx"):
+    assert manifest.shortlisted_decoder() == ShortlistFiles("shortlist.npz", "shortlist_projection.npz", "onnx",
+                                                            "decoder.shortlist.onnx")
+    assert manifest.shortlisted_decoder(int8=True) == ShortlistFiles(
+        "shortlist.npz", "shortlist_projection.npz", "onnx_int8", "decoder.shortlist.int8.onnx")
+    for name in ("shortlist.npz", "shortlist_projection.npz", "decoder.shortlist.onnx", "decoder.shortlist.int8.onnx"):
         assert (paths.export / name).is_file(), name
     table = Shortlist.read(paths.export / "shortlist.npz")
     assert table.by_source.shape[1] == 5
@@ -60,7 +62,7 @@ def test_the_manifest_lists_the_shortlist_and_its_graphs(shortlisted):
     assert 20 <= figures["mean_width"] < 1000
     assert manifest.parity["shortlist"] == figures
     written = json.loads((paths.export / "export.json").read_text())
-    assert written["inputs"]["onnx"]["decoder_shortlist"][3] == "shortlist"
+    assert written["inputs"]["onnx"]["decoder_shortlist"][3:5] == ["shortlist", "shortlist_projection"]
     assert "logits" not in written["outputs"]["onnx"]["decoder_shortlist"]
 
 
@@ -114,6 +116,22 @@ def test_a_shortlisted_decoder_refuses_to_give_logits(shortlisted):
     _, cross = model.encode(ids, np.ones_like(ids))
     with pytest.raises(ValueError, match="not logits"):
         model.decode(np.asarray([[model.shortlist.pad_id]]), np.ones_like(ids), model.empty_cache(1), cross)
+
+
+def test_a_shortlisted_decoder_of_the_earlier_format_is_refused_with_what_to_do(shortlisted, tmp_path):
+    """An export from before the shortlisted decoder took its projection columns as an input (no projection file):
+    its graph would be fed inputs it does not have, so it must be exported again; without the shortlist it decodes."""
+    import shutil
+
+    paths, _ = shortlisted
+    earlier = tmp_path / "export"
+    shutil.copytree(paths.export, earlier)
+    manifest = json.loads((earlier / "export.json").read_text())
+    del manifest["files"]["shortlist"]["projection"]
+    (earlier / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(ExportDirError, match=r"decoder.shortlist.onnx\) is of an earlier version: export it again"):
+        Translator(earlier, threads=1)
+    assert Translator(earlier, threads=1, shortlist=False).translate(SENTENCES[:1], beam=4)
 
 
 def test_an_export_without_a_shortlist_decodes_with_the_full_decoder(export_dir):
