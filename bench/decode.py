@@ -1,4 +1,4 @@
-"""Benchmark decoding on Multi30k test_2016_flickr: transformers `generate`, the ONNX path, CTranslate2.
+"""Benchmark decoding on Multi30k test_2016_flickr (or --split val): `generate`, the ONNX path, CTranslate2.
 
 One direction of the model: its only one, or the one --tgt (and --src) names on a multilingual model; the test
 set's files of those two languages are the sources and references, and every path reads each source as the model
@@ -38,6 +38,7 @@ object with every figure.
 
     .venv/bin/python bench/decode.py                          # models/final + models/export, all 1000 sentences
     .venv/bin/python bench/decode.py --limit 100              # a quick look
+    .venv/bin/python bench/decode.py --split val              # Multi30k val: what choices are made on
     .venv/bin/python bench/decode.py --model DIR --export DIR
     .venv/bin/python bench/decode.py --model DIR --export DIR --tgt fr   # one direction of a multilingual model
     .venv/bin/python bench/decode.py --skip onnx-1x2 ctranslate2 --student models/student/export
@@ -50,6 +51,7 @@ import gzip
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import threading
@@ -72,21 +74,29 @@ WARMUP_SENTENCES = 8
 
 def read_gz_lines(path: Path, limit: int | None) -> list[str]:
     if not path.is_file():
-        sys.exit(f"{path} not found: pass --multi30k DIR (a directory with {TEST_SET}.<lang>.gz per language)")
+        sys.exit(f"{path} not found: pass --multi30k DIR (a directory with <split>.<lang>.gz per language)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\r\n") for line in f]
     return lines[:limit] if limit else lines
 
 
-def timed(translate: Callable[[list[str]], list[str]], sources: list[str], repeat: int) -> tuple[list[str], float]:
-    """Hypotheses and the best wall time of `repeat` runs (other processes on the machine only ever add time)."""
-    translate(sources[:WARMUP_SENTENCES])  # first-call costs (allocations, lazy init) are not decoding speed
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        hyps = translate(sources)
-        best = min(best, time.perf_counter() - start)
-    return hyps, best
+def timed_rounds(paths: dict[str, Callable[[list[str]], list[str]]], sources: list[str], repeat: int
+                 ) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Each path's hypotheses and median wall time over `repeat` rounds, each round decoding the sources once with
+    every path in turn: a slower spell of the machine (other tenants, clock changes) falls on every path alike
+    instead of on whichever path ran then, and the ratios of one run compare like with like."""
+    for name, translate in paths.items():
+        print(f"warming up {name} ...", file=sys.stderr, flush=True)
+        translate(sources[:WARMUP_SENTENCES])  # first-call costs (allocations, lazy init) are not decoding speed
+    hyps: dict[str, list[str]] = {}
+    seconds: dict[str, list[float]] = {name: [] for name in paths}
+    for round_number in range(1, repeat + 1):
+        for name, translate in paths.items():
+            print(f"round {round_number}/{repeat}: decoding with {name} ...", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            hyps[name] = translate(sources)
+            seconds[name].append(time.perf_counter() - start)
+    return hyps, {name: statistics.median(times) for name, times in seconds.items()}
 
 
 # --------------------------------------------------------------------------------------------------- the paths
@@ -224,12 +234,11 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
 # --------------------------------------------------------------------------------------------------- report
 
 
-def measure(name: str, translate: Callable, sources: list[str], refs: list[str], tokenizer: Any,
-            repeat: int) -> dict[str, Any]:
+def path_figures(hyps: list[str], seconds: float, sources: list[str], refs: list[str], tokenizer: Any
+                 ) -> dict[str, Any]:
+    """One path's speed and BLEU."""
     import sacrebleu
 
-    print(f"decoding with {name} ...", file=sys.stderr, flush=True)
-    hyps, seconds = timed(translate, sources, repeat)
     target_tokens = sum(len(ids) for ids in tokenizer(text_target=hyps)["input_ids"])
     return {
         "seconds": round(seconds, 2),
@@ -247,8 +256,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
         r["speedup_vs_generate"] = round(r["sentences_per_s"] / base["sentences_per_s"], 2)
         r["bleu_delta_vs_generate"] = round(r["bleu"] - base["bleu"], 2)
         r["identical_to_generate"] = round(sum(a == b for a, b in zip(r["hyps"], base["hyps"], strict=True)) / n, 4)
-    print(f"\nMulti30k {TEST_SET} {args.direction}: {n} sentences, beam {args.beam}, {args.threads} threads, "
-          f"max_tokens {args.max_tokens}, best of {args.repeat} run(s)")
+    print(f"\nMulti30k {args.split} {args.direction}: {n} sentences, beam {args.beam}, {args.threads} threads, "
+          f"max_tokens {args.max_tokens}, median of {args.repeat} round(s) over every path")
     header = f"{'path':<12} {'seconds':>8} {'sent/s':>8} {'tgt tok/s':>10} {'x generate':>10} {'BLEU':>6} " \
              f"{'dBLEU':>6} {'identical':>9}"
     print(header)
@@ -279,7 +288,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, n: int,
                       for name, met in student_goals(results, "student-int8-shortlist").items()})
     for r in results.values():
         del r["hyps"]
-    return {"test_set": TEST_SET, "direction": str(args.direction), "sentences": n, "beam": args.beam,
+    return {"test_set": args.split, "direction": str(args.direction), "sentences": n, "beam": args.beam,
             "threads": args.threads, "max_tokens": args.max_tokens, "repeat": args.repeat, "paths": results,
             "notes": notes, "goals": goals, "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
 
@@ -325,6 +334,9 @@ def main() -> None:
     parser.add_argument("--export", type=Path, default=None,
                         help="export directory of the same model (default: models/export beside --model)")
     parser.add_argument("--multi30k", type=Path, default=MULTI30K, help="default: %(default)s")
+    parser.add_argument("--split", default=TEST_SET,
+                        help="the Multi30k split decoded: test_2016_flickr (reported) or val (tuned on); "
+                             "default: %(default)s")
     parser.add_argument("--limit", type=int, default=None, help="first N test sentences only")
     parser.add_argument("--tgt", default=None, help="target language (needed on a model of several)")
     parser.add_argument("--src", default=None, help="source language (needed where several go into --tgt)")
@@ -334,7 +346,8 @@ def main() -> None:
                         help="rows x longest source per batch, beams included, for every path (default: %(default)s)")
     parser.add_argument("--ct2-quantization", default="int8",
                         help="for a CTranslate2 conversion made here (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per path; the best time counts (default: 1)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds, each decoding with every path in turn; a path's median time counts (default: 1)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["onnx-1x2", "onnx-int8", "ctranslate2"])
     parser.add_argument("--student", type=Path, default=None,
                         help="a distilled student's export directory, measured against this teacher")
@@ -356,47 +369,42 @@ def main() -> None:
     except UnknownDirection as err:
         sys.exit(f"{export_dir}: {err} (--tgt, --src)")
 
-    sources = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.src}.gz", args.limit)
-    refs = read_gz_lines(args.multi30k / f"{TEST_SET}.{args.direction.tgt}.gz", args.limit)
+    sources = read_gz_lines(args.multi30k / f"{args.split}.{args.direction.src}.gz", args.limit)
+    refs = read_gz_lines(args.multi30k / f"{args.split}.{args.direction.tgt}.gz", args.limit)
     generate, tokenizer = generate_path(args.model, manifest.generation, args)
-    results = {"generate": measure("generate", generate, sources, refs, tokenizer, args.repeat)}
-    onnx, counter = onnx_path(export_dir, args, int8=False)
-    results["onnx"] = measure("onnx", onnx, sources, refs, tokenizer, args.repeat)
+    paths: dict[str, Callable[[list[str]], list[str]]] = {"generate": generate}
+    paths["onnx"], counter = onnx_path(export_dir, args, int8=False)
     notes = {"generate": f"{args.model}",
              "onnx": f"{export_dir}, {args.threads} batches at once x 1 ONNX Runtime thread (as mtpipe translate)"}
     if "onnx-1x2" not in args.skip and args.threads > 1:
-        results["onnx-1x2"] = measure("onnx-1x2", onnx_path(export_dir, args, int8=False, intra_op=True)[0],
-                                      sources, refs, tokenizer, args.repeat)
+        paths["onnx-1x2"] = onnx_path(export_dir, args, int8=False, intra_op=True)[0]
         notes["onnx-1x2"] = f"the same graphs, 1 batch at a time x {args.threads} intra-op threads"
     if manifest.onnx_graphs(int8=True) is not None and "onnx-int8" not in args.skip:
-        results["onnx-int8"] = measure("onnx-int8", onnx_path(export_dir, args, int8=True)[0], sources, refs,
-                                       tokenizer, args.repeat)
+        paths["onnx-int8"] = onnx_path(export_dir, args, int8=True)[0]
         notes["onnx-int8"] = "int8 graphs (dynamic quantisation), as mtpipe translate --int8 --no-shortlist"
         if manifest.shortlisted_decoder(int8=True) is not None:
-            results["onnx-int8-shortlist"] = measure("onnx-int8-shortlist",
-                                                     onnx_path(export_dir, args, int8=True, shortlist=True)[0],
-                                                     sources, refs, tokenizer, args.repeat)
+            paths["onnx-int8-shortlist"] = onnx_path(export_dir, args, int8=True, shortlist=True)[0]
             notes["onnx-int8-shortlist"] = "int8 graphs with the export's lexical shortlist (export.shortlist)"
     import importlib.util
 
-    if "ctranslate2" in args.skip:
-        notes["ctranslate2"] = "skipped (--skip)"
-    elif importlib.util.find_spec("ctranslate2") is None:
-        notes["ctranslate2"] = "not installed (pip install 'mtpipe[ct2]'): not measured"
-    else:
-        with tempfile.TemporaryDirectory() as workdir:
-            translate, notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer, args,
-                                                               Path(workdir))
-            results["ctranslate2"] = measure("ctranslate2", translate, sources, refs, tokenizer, args.repeat)
-    if args.student is not None:
-        shortlisted = ExportManifest.read(args.student).shortlisted_decoder(int8=True) is not None
-        for name, int8, shortlist in zip(STUDENT_PATHS, (False, True, True), (False, False, True), strict=True):
-            if shortlist and not shortlisted:
-                continue
-            results[name] = measure(name, onnx_path(args.student, args, int8=int8, shortlist=shortlist)[0], sources,
-                                    refs, tokenizer, args.repeat)
-            notes[name] = (f"{args.student}, {'int8' if int8 else 'fp32'} graphs, "
-                           f"{'with its shortlist' if shortlist else 'the whole vocabulary'} (the student)")
+    with tempfile.TemporaryDirectory() as workdir:
+        if "ctranslate2" in args.skip:
+            notes["ctranslate2"] = "skipped (--skip)"
+        elif importlib.util.find_spec("ctranslate2") is None:
+            notes["ctranslate2"] = "not installed (pip install 'mtpipe[ct2]'): not measured"
+        else:
+            paths["ctranslate2"], notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer,
+                                                                          args, Path(workdir))
+        if args.student is not None:
+            shortlisted = ExportManifest.read(args.student).shortlisted_decoder(int8=True) is not None
+            for name, int8, shortlist in zip(STUDENT_PATHS, (False, True, True), (False, False, True), strict=True):
+                if shortlist and not shortlisted:
+                    continue
+                paths[name] = onnx_path(args.student, args, int8=int8, shortlist=shortlist)[0]
+                notes[name] = (f"{args.student}, {'int8' if int8 else 'fp32'} graphs, "
+                               f"{'with its shortlist' if shortlist else 'the whole vocabulary'} (the student)")
+        hyps, seconds = timed_rounds(paths, sources, args.repeat)
+    results = {name: path_figures(hyps[name], seconds[name], sources, refs, tokenizer) for name in paths}
     figures = report(results, args, len(sources), notes)
     figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)
     print(json.dumps(figures))

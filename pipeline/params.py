@@ -556,8 +556,9 @@ class ExportParams(_Section):
     # some outputs (a float32 conversion can be held to min_identical / max_bleu_delta).
     ctranslate2_min_identical: float = Field(0.8, ge=0, le=1)
     ctranslate2_max_bleu_delta: float = Field(1.0, ge=0)
-    # A lexical shortlist from the training pairs and a decoder graph that ranks each sentence's next token among
-    # its shortlist only (pipeline/runtime/shortlist.py): `mtpipe translate` decodes with it unless --no-shortlist.
+    # A lexical shortlist from the training pairs and a decoder graph that projects each sentence's next token onto
+    # its shortlist only and ranks it there (pipeline/runtime/shortlist.py): `mtpipe translate` decodes with it
+    # unless --no-shortlist.
     # Its BLEU against the full decoder is reported in metrics/export.json (`shortlist`), not gated.
     shortlist: bool = False
     # Target ids each source id may bring into its sentence's shortlist, likeliest first (IBM Model 1).

@@ -30,9 +30,9 @@ empty (past_len 0) cache. The decoder also returns each row's best next tokens f
 so the full logits are neither copied out nor sorted. The first step feeds the whole decoder prefix at once.
 
 An export with a lexical shortlist (export.shortlist; pipeline/runtime/shortlist.py) is decoded with its shortlisted
-decoder unless `shortlist=False`: each sentence's next token is ranked among the target ids its source makes likely
-(the Multi30k student's int8 decodes 1.13x faster so, at the same BLEU: bench/README.md; the export's metrics report
-its BLEU on the parity sentences). A beam wider than the graphs were exported for falls back to the full decoder,
+decoder unless `shortlist=False`: each sentence's next token is projected onto and ranked among the target ids its
+source makes likely (the Multi30k student's int8 decodes about 1.5x faster so, at 0.2 BLEU less: bench/README.md;
+the export's metrics report its BLEU on the parity sentences). A beam wider than the graphs were exported for falls back to the full decoder,
 which ranks from the logits.
 
 Decoding defaults (beam, length penalty, length rule) are the manifest's `generation` block: the evaluate stage's
@@ -162,7 +162,8 @@ class OnnxSeq2Seq:
         self.candidates = int(self.decoder.get_outputs()[outputs.index("next_ids")].shape[1])
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, Cache]:
-        """(last_hidden_state, cross cache), the cross cache followed by the sentences' shortlists if shortlisted."""
+        """(last_hidden_state, cross cache), the cross cache followed by the sentences' shortlists and their
+        projection columns if shortlisted."""
         hidden, *cross = self.encoder.run(None, dict(zip(ENCODER_INPUTS, (input_ids, attention_mask), strict=True)))
         if self.shortlist is not None:
             cross += self.shortlist.for_batch(input_ids, attention_mask, self.candidates)
