@@ -29,16 +29,22 @@ from pipeline.runtime.export_format import ExportDirError
 SHORTLIST_FILE = "shortlist.npz"
 
 
-def read_projection(path: Path, precision: str) -> np.ndarray:
-    """The (vocab, d_model) projection rows of `precision` (onnx | onnx_int8) in `path`; ExportDirError naming the
-    file and what is wrong with it otherwise."""
+def read_arrays(path: Path, names: tuple[str, ...], what: str) -> tuple[np.ndarray, ...]:
+    """The arrays `names` of the export's .npz file `path`; ExportDirError naming the file and what is wrong with it
+    otherwise (`what`: what the file should hold)."""
     try:
         with np.load(path) as arrays:
-            rows = arrays[precision]
+            return tuple(arrays[name] for name in names)
     except FileNotFoundError:
         raise ExportDirError(f"{path} not found (listed in export.json)") from None
     except (KeyError, ValueError, OSError) as err:
-        raise ExportDirError(f"{path}: no {precision} projection rows: {err}") from None
+        raise ExportDirError(f"{path}: not {what}: {err}") from None
+
+
+def read_projection(path: Path, precision: str) -> np.ndarray:
+    """The (vocab, d_model) projection rows of `precision` (onnx | onnx_int8) in `path`; ExportDirError naming the
+    file and what is wrong with it otherwise."""
+    (rows,) = read_arrays(path, (precision,), f"a shortlist projection (array {precision})")
     if rows.ndim != 2:
         raise ExportDirError(f"{path}: {precision} must be (vocab, d_model), got shape {rows.shape}")
     return np.ascontiguousarray(rows)
@@ -61,13 +67,7 @@ class Shortlist:
     @classmethod
     def read(cls, path: Path) -> Shortlist:
         """The shortlist in `path`; ExportDirError naming the file and what is wrong with it otherwise."""
-        try:
-            with np.load(path) as arrays:
-                by_source, always = arrays["by_source"], arrays["always"]
-        except FileNotFoundError:
-            raise ExportDirError(f"{path} not found (listed in export.json)") from None
-        except (KeyError, ValueError, OSError) as err:
-            raise ExportDirError(f"{path}: not a shortlist (arrays by_source and always): {err}") from None
+        by_source, always = read_arrays(path, ("by_source", "always"), "a shortlist (arrays by_source and always)")
         if by_source.ndim != 2 or always.ndim != 1 or not always.size:
             raise ExportDirError(f"{path}: by_source must be (source vocab, per_source) and always a non-empty list, "
                                  f"got shapes {by_source.shape} and {always.shape}")

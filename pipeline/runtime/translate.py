@@ -32,8 +32,8 @@ so the full logits are neither copied out nor sorted. The first step feeds the w
 An export with a lexical shortlist (export.shortlist; pipeline/runtime/shortlist.py) is decoded with its shortlisted
 decoder unless `shortlist=False`: each sentence's next token is projected onto and ranked among the target ids its
 source makes likely (the Multi30k student's int8 decodes about 1.5x faster so, at 0.2 BLEU less: bench/README.md;
-the export's metrics report its BLEU on the parity sentences). A beam wider than the graphs were exported for falls back to the full decoder,
-which ranks from the logits.
+the export's metrics report its BLEU on the parity sentences). A beam wider than the graphs were exported for falls
+back to the full decoder, which ranks from the logits.
 
 Decoding defaults (beam, length penalty, length rule) are the manifest's `generation` block: the evaluate stage's
 settings, so a translation here is the one the evaluate stage scored.

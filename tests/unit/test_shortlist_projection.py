@@ -9,29 +9,18 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
-from transformers import MarianConfig, MarianMTModel
 
 from pipeline.runtime.shortlist import projection_columns
 from stages.export.shortlist_projection import int8_rows, rewrite_int8_projection
 from stages.export.wrappers import export_wrappers, shortlisted_decoder
+from tests.support.tiny_models import MARIAN_EOS, MARIAN_PAD, tiny_marian
 
-PAD, EOS, VOCAB = 3, 0, 61
-
-
-def tiny_marian(bias: bool) -> MarianMTModel:
-    torch.manual_seed(0)
-    config = MarianConfig(vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
-                          decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
-                          pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD)
-    model = MarianMTModel(config).eval()
-    if bias:
-        model.final_logits_bias.copy_(torch.randn(1, VOCAB) * 2)
-    return model
+PAD, EOS = MARIAN_PAD, MARIAN_EOS
 
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_row_is_ranked_over_its_sentences_shortlist_normalised_there(bias):
-    model = tiny_marian(bias)
+    model = tiny_marian(bias, decoder_layers=2).eval()
     encoder, full = export_wrappers(model, beam=4)
     shortlisted = shortlisted_decoder(model, beam=4)
     assert (shortlisted.final_logits_bias is not None) == bias
@@ -41,8 +30,8 @@ def test_a_row_is_ranked_over_its_sentences_shortlist_normalised_there(bias):
     decoder_input_ids = torch.tensor([[PAD, 5], [PAD, 6], [PAD, 7], [PAD, 8], [PAD, 9], [PAD, 10]])
     cache_rows = torch.arange(6)
     empty = [torch.zeros(6, 2, 0, 8) for _ in range(4)]
-    shortlists = np.array([[0, 4, 9, 12, 20, 33, 40, 41, 50, 52, 60, PAD, PAD],
-                           [0, PAD, 5, 6, 7, 8, 9, 10, 11, 14, 17, 18, 19]])  # <pad> listed too: never ranked
+    shortlists = np.array([[0, 4, 9, 12, 20, 33, 40, 41, 50, 52, 58, PAD, PAD],
+                           [0, 5, 6, 7, 8, 9, 10, 11, 14, 17, 18, 19, PAD]])  # <pad> listed too: never ranked
     columns = torch.from_numpy(projection_columns(model.lm_head.weight.detach().numpy(), shortlists))
     with torch.no_grad():
         _, *cross = encoder(input_ids, mask)

@@ -11,8 +11,6 @@ import torch.nn.functional as F
 from transformers import (
     M2M100Config,
     M2M100ForConditionalGeneration,
-    MarianConfig,
-    MarianMTModel,
     MBartConfig,
     MBartForConditionalGeneration,
 )
@@ -20,6 +18,7 @@ from transformers import (
 from stages.train import loss as loss_module
 from stages.train.batching import IGNORE_INDEX, Batch
 from stages.train.loss import SmoothedCrossEntropy, TokenLoss
+from tests.support.tiny_models import tiny_marian
 
 
 def reference(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -59,17 +58,6 @@ def test_from_bf16_logits_it_computes_in_fp32_and_returns_a_bf16_gradient():
     torch.testing.assert_close(grad.float(), logits.grad.float(), rtol=2 ** -7, atol=1e-6)
 
 
-def marian(bias: bool) -> MarianMTModel:
-    torch.manual_seed(0)
-    model = MarianMTModel(MarianConfig(vocab_size=61, d_model=16, encoder_layers=1, decoder_layers=1,
-                                       encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                       decoder_ffn_dim=32, pad_token_id=60, decoder_start_token_id=60,
-                                       eos_token_id=0, dropout=0.0))
-    if bias:  # as OPUS-MT checkpoints carry Marian's output-layer bias
-        model.final_logits_bias.copy_(torch.randn(1, 61))
-    return model
-
-
 def tiny(config_class, model_class):
     """A one-layer model of the family, built with its own classes (pad 1, as mBART and M2M-100 have it)."""
     torch.manual_seed(0)
@@ -78,7 +66,7 @@ def tiny(config_class, model_class):
                                     decoder_ffn_dim=32, pad_token_id=1, dropout=0.0))
 
 
-@pytest.mark.parametrize("build", [lambda: marian(False), lambda: marian(True),
+@pytest.mark.parametrize("build", [lambda: tiny_marian(False), lambda: tiny_marian(True),
                                    lambda: tiny(MBartConfig, MBartForConditionalGeneration),
                                    lambda: tiny(M2M100Config, M2M100ForConditionalGeneration)],
                          ids=["marian", "marian-with-bias", "mbart", "m2m100"])
