@@ -327,7 +327,7 @@ def compute_bound(flops: float, results: dict[str, dict[str, Any]], threads: int
             "goal_needs_gflops_per_s": round(needed / 1e9, 1), "goal_needs_peak_multiple": round(needed / peak, 2)}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=REPO / "models" / "final",
                         help="trained save_pretrained directory (default: %(default)s)")
@@ -351,7 +351,45 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["onnx-1x2", "onnx-int8", "ctranslate2"])
     parser.add_argument("--student", type=Path, default=None,
                         help="a distilled student's export directory, measured against this teacher")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def teacher_onnx_paths(export_dir: Path, manifest: Any, args: argparse.Namespace
+                       ) -> tuple[dict[str, Callable[[list[str]], list[str]]], dict[str, str], Any]:
+    """The teacher's ONNX paths, their notes, and the fp32 path's FLOP counter."""
+    paths, notes = {}, {}
+    paths["onnx"], counter = onnx_path(export_dir, args, int8=False)
+    notes["onnx"] = f"{export_dir}, {args.threads} batches at once x 1 ONNX Runtime thread (as mtpipe translate)"
+    if "onnx-1x2" not in args.skip and args.threads > 1:
+        paths["onnx-1x2"] = onnx_path(export_dir, args, int8=False, intra_op=True)[0]
+        notes["onnx-1x2"] = f"the same graphs, 1 batch at a time x {args.threads} intra-op threads"
+    if manifest.onnx_graphs(int8=True) is not None and "onnx-int8" not in args.skip:
+        paths["onnx-int8"] = onnx_path(export_dir, args, int8=True)[0]
+        notes["onnx-int8"] = "int8 graphs (dynamic quantisation), as mtpipe translate --int8 --no-shortlist"
+        if manifest.shortlisted_decoder(int8=True) is not None:
+            paths["onnx-int8-shortlist"] = onnx_path(export_dir, args, int8=True, shortlist=True)[0]
+            notes["onnx-int8-shortlist"] = "int8 graphs with the export's lexical shortlist (export.shortlist)"
+    return paths, notes, counter
+
+
+def student_paths(student_dir: Path, args: argparse.Namespace
+                  ) -> tuple[dict[str, Callable[[list[str]], list[str]]], dict[str, str]]:
+    """The student's fp32, int8 and (where its export has one) int8 shortlisted paths, and their notes."""
+    from pipeline.runtime.export_format import ExportManifest
+
+    paths, notes = {}, {}
+    shortlisted = ExportManifest.read(student_dir).shortlisted_decoder(int8=True) is not None
+    for name, int8, shortlist in zip(STUDENT_PATHS, (False, True, True), (False, False, True), strict=True):
+        if shortlist and not shortlisted:
+            continue
+        paths[name] = onnx_path(student_dir, args, int8=int8, shortlist=shortlist)[0]
+        notes[name] = (f"{student_dir}, {'int8' if int8 else 'fp32'} graphs, "
+                       f"{'with its shortlist' if shortlist else 'the whole vocabulary'} (the student)")
+    return paths, notes
+
+
+def main() -> None:
+    args = arguments()
     from pipeline.runtime.export_format import MANIFEST, ExportManifest
 
     export_dir = args.export or args.model.parent / "export"
@@ -372,19 +410,9 @@ def main() -> None:
     sources = read_gz_lines(args.multi30k / f"{args.split}.{args.direction.src}.gz", args.limit)
     refs = read_gz_lines(args.multi30k / f"{args.split}.{args.direction.tgt}.gz", args.limit)
     generate, tokenizer = generate_path(args.model, manifest.generation, args)
-    paths: dict[str, Callable[[list[str]], list[str]]] = {"generate": generate}
-    paths["onnx"], counter = onnx_path(export_dir, args, int8=False)
-    notes = {"generate": f"{args.model}",
-             "onnx": f"{export_dir}, {args.threads} batches at once x 1 ONNX Runtime thread (as mtpipe translate)"}
-    if "onnx-1x2" not in args.skip and args.threads > 1:
-        paths["onnx-1x2"] = onnx_path(export_dir, args, int8=False, intra_op=True)[0]
-        notes["onnx-1x2"] = f"the same graphs, 1 batch at a time x {args.threads} intra-op threads"
-    if manifest.onnx_graphs(int8=True) is not None and "onnx-int8" not in args.skip:
-        paths["onnx-int8"] = onnx_path(export_dir, args, int8=True)[0]
-        notes["onnx-int8"] = "int8 graphs (dynamic quantisation), as mtpipe translate --int8 --no-shortlist"
-        if manifest.shortlisted_decoder(int8=True) is not None:
-            paths["onnx-int8-shortlist"] = onnx_path(export_dir, args, int8=True, shortlist=True)[0]
-            notes["onnx-int8-shortlist"] = "int8 graphs with the export's lexical shortlist (export.shortlist)"
+    onnx_paths, onnx_notes, counter = teacher_onnx_paths(export_dir, manifest, args)
+    paths: dict[str, Callable[[list[str]], list[str]]] = {"generate": generate, **onnx_paths}
+    notes = {"generate": f"{args.model}", **onnx_notes}
     import importlib.util
 
     with tempfile.TemporaryDirectory() as workdir:
@@ -396,19 +424,14 @@ def main() -> None:
             paths["ctranslate2"], notes["ctranslate2"] = ctranslate2_path(args.model, export_dir, manifest, tokenizer,
                                                                           args, Path(workdir))
         if args.student is not None:
-            shortlisted = ExportManifest.read(args.student).shortlisted_decoder(int8=True) is not None
-            for name, int8, shortlist in zip(STUDENT_PATHS, (False, True, True), (False, False, True), strict=True):
-                if shortlist and not shortlisted:
-                    continue
-                paths[name] = onnx_path(args.student, args, int8=int8, shortlist=shortlist)[0]
-                notes[name] = (f"{args.student}, {'int8' if int8 else 'fp32'} graphs, "
-                               f"{'with its shortlist' if shortlist else 'the whole vocabulary'} (the student)")
+            more_paths, more_notes = student_paths(args.student, args)
+            paths.update(more_paths)
+            notes.update(more_notes)
         hyps, seconds = timed_rounds(paths, sources, args.repeat)
     results = {name: path_figures(hyps[name], seconds[name], sources, refs, tokenizer) for name in paths}
     figures = report(results, args, len(sources), notes)
     figures["compute_bound"] = compute_bound(counter.flops, results, args.threads)
     print(json.dumps(figures))
-
 
 if __name__ == "__main__":
     main()

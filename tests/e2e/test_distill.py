@@ -17,14 +17,20 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.e2e.helpers import dvc, git, multi30k_per_language, project_copy, set_params, stages_run
+from tests.e2e.helpers import (
+    STUDENT_STAGES,
+    TEACHER_STAGES,
+    dvc,
+    git,
+    multi30k_per_language,
+    project_copy,
+    set_params,
+    stages_run,
+)
 
 pytestmark = pytest.mark.e2e
 SPLITS = {"train": ("train", 1500), "valid": ("val", 100), "test_2016_flickr": ("test_2016_flickr", 100)}
 DIRECTIONS = ["en-de", "en-fr"]
-TEACHER = ["check_params", "download", "clean", "validate", "tokenize", "train", "evaluate", "export", "card"]
-STUDENT = ["distill", "student_clean", "student_validate", "student_tokenize", "student_train", "student_evaluate",
-           "student_export", "student_card"]
 TRAIN = {"max_steps": 200, "lr": 0.003, "warmup_steps": 100, "max_tokens": 4096, "valid_every": 100,
          "save_every": 100, "valid_bleu_sentences": 20}
 SMALL = {"export": {"parity_sentences": 16, "torchscript": False},
@@ -51,8 +57,8 @@ def project(tmp_path_factory) -> Path:
                 train={**TRAIN, "max_steps": 100, "valid_every": 50, "save_every": 50})
     git(root, "commit", "-qam", "multi30k slice, two directions, distilled")
     ran = stages_run(dvc(root, "repro"))
-    assert sorted(ran) == sorted(TEACHER + STUDENT)
-    assert [s for s in ran if s in STUDENT] == STUDENT and ran.index("distill") > ran.index("export")
+    assert sorted(ran) == sorted(TEACHER_STAGES + STUDENT_STAGES)
+    assert [s for s in ran if s in STUDENT_STAGES] == STUDENT_STAGES and ran.index("distill") > ran.index("export")
     return root
 
 
