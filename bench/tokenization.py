@@ -69,7 +69,7 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -78,15 +78,93 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.multi30k / "train.en.gz").exists():
         sys.exit(f"Multi30k not found in {args.multi30k} (use --multi30k DIR)")
+    return args
 
+
+def time_encodings(sp, model: Path, parquet: Path, out: Path, repeats: int, threads: int) -> dict:
+    """Raw SentencePiece and the stage's encode_split, interleaved so both see the same machine state."""
+    from pipeline.corpus import read_pairs
+    from pipeline.runtime.languages import Directions
+    from stages.tokenize import encode_split, side_by_side, spm_encoder
+
+    eos = sp.piece_to_id("</s>")
+    encoders = {side: spm_encoder(model, eos, threads) for side in ("src", "tgt")}
+    direction = Directions.of(["en-de"])  # one direction, as the corpus: no target tags
+    src, tgt = read_pairs(parquet)
+    (out / "meta.json").write_text(json.dumps({"dtype": "uint16"}))
+    raw_s, stage_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sp.encode(src, num_threads=threads)
+        sp.encode(tgt, num_threads=threads)
+        raw_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        stats = encode_split(side_by_side(encoders), parquet, out / "train", "uint16", sp.piece_to_id("<unk>"),
+                             10**6, False, direction)
+        stage_s.append(time.perf_counter() - t0)
+    return {"raw_s": raw_s, "stage_s": stage_s, "mean_src_tokens": stats["src_tokens"]["mean"]}
+
+
+def time_open(out: Path) -> dict:
+    """Opening the encoded corpus memory-mapped, and what it holds on disk."""
     import numpy as np
+
+    from pipeline.token_arrays import TokenArray
+
+    rss_before_open = rss_mb()
+    t0 = time.perf_counter()
+    arrays = TokenArray.open(out / "train.src")
+    open_s = time.perf_counter() - t0
+    sentences = len(arrays.lengths)
+    sample = int(np.asarray(arrays[len(arrays) - 1]).sum())  # touch the last sentence through the map
+    # The arrays and train.dir.npy; train.parquet (the input) shares the prefix.
+    disk_mb = sum(p.stat().st_size for p in out.glob("train.*") if p.suffix != ".parquet") / 2**20
+    return {"open_s": open_s, "sentences": sentences, "sample": sample, "disk_mb": disk_mb,
+            "rss_before_open": rss_before_open}
+
+
+def report(args: argparse.Namespace, threads: int, vocab_size: int, timed: dict, opened: dict,
+           build_s: float, train_s: float, spm_version: str) -> None:
+    raw_s, stage_s = timed["raw_s"], timed["stage_s"]
+    raw, stage = statistics.median(raw_s), statistics.median(stage_s)
+    figures = {
+        "pairs": args.pairs,
+        "threads": threads,
+        "vocab_size": vocab_size,
+        "raw_pairs_per_s": round(args.pairs / raw),
+        "stage_pairs_per_s": round(args.pairs / stage),
+        "ratio_stage_to_raw": round(raw / stage, 3),
+        "raw_seconds": [round(s, 2) for s in raw_s],
+        "stage_seconds": [round(s, 2) for s in stage_s],
+        "open_seconds": round(opened["open_s"], 4),
+        "encoded_mb_on_disk": round(opened["disk_mb"], 1),
+        "mean_src_tokens": timed["mean_src_tokens"],
+        "corpus_build_seconds": round(build_s, 1),
+        "spm_train_seconds": round(train_s, 1),
+        "peak_rss_mb": round(rss_mb(), 1),
+        "rss_before_open_mb": round(opened["rss_before_open"], 1),
+        "goal_ratio": GOAL_RATIO,
+        "goal_met": raw / stage >= GOAL_RATIO,
+        "python": platform.python_version(),
+        "sentencepiece": spm_version,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(f"pairs {args.pairs:,}, {threads} threads, vocab {vocab_size}, medians of {args.repeats} runs")
+    print(f"  raw sentencepiece encode : {figures['raw_pairs_per_s']:>10,} pairs/s  {raw_s}")
+    print(f"  stage encode (end to end): {figures['stage_pairs_per_s']:>10,} pairs/s  {stage_s}")
+    print(f"  ratio stage/raw          : {figures['ratio_stage_to_raw']:.3f}  "
+          f"(goal >= {GOAL_RATIO}: {'PASS' if figures['goal_met'] else 'MISS'})")
+    print(f"  open encoded corpus      : {opened['open_s'] * 1000:.1f} ms ({opened['sentences']:,} sentences, "
+          f"{opened['disk_mb']:.0f} MB on disk, last sentence id sum {opened['sample']})")
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    args = arguments()
     import sentencepiece as spm
 
-    from pipeline.corpus import read_pairs
     from pipeline.params import parse
-    from pipeline.runtime.languages import Directions
-    from pipeline.token_arrays import TokenArray
-    from stages.tokenize import encode_split, sentences_of, side_by_side, spm_encoder, train_spm
+    from stages.tokenize import sentences_of, train_spm
 
     threads = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,64 +177,9 @@ def main() -> None:
         model = train_spm(params, sentences_of(parquet, ("src", "tgt")), root / "spm.model")
         train_s = time.perf_counter() - t0
         sp = spm.SentencePieceProcessor(model_file=str(model))
-        eos = sp.piece_to_id("</s>")
-        encoders = {side: spm_encoder(model, eos, threads) for side in ("src", "tgt")}
-        direction = Directions.of(["en-de"])  # one direction, as the corpus: no target tags
-        src, tgt = read_pairs(parquet)
-        (root / "meta.json").write_text(json.dumps({"dtype": "uint16"}))
-
-        raw_s, stage_s = [], []
-        for _ in range(args.repeats):  # interleaved, so both see the same machine state
-            t0 = time.perf_counter()
-            sp.encode(src, num_threads=threads)
-            sp.encode(tgt, num_threads=threads)
-            raw_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            stats = encode_split(side_by_side(encoders), parquet, root / "train", "uint16", sp.piece_to_id("<unk>"),
-                                 10**6, False, direction)
-            stage_s.append(time.perf_counter() - t0)
-        del src, tgt
-
-        rss_before_open = rss_mb()
-        t0 = time.perf_counter()
-        arrays = TokenArray.open(root / "train.src")
-        open_s = time.perf_counter() - t0
-        lengths = arrays.lengths
-        sample = int(np.asarray(arrays[len(arrays) - 1]).sum())  # touch the last sentence through the map
-        # The arrays and train.dir.npy; train.parquet (the input) shares the prefix.
-        disk_mb = sum(p.stat().st_size for p in root.glob("train.*") if p.suffix != ".parquet") / 2**20
-
-    raw, stage = statistics.median(raw_s), statistics.median(stage_s)
-    figures = {
-        "pairs": args.pairs,
-        "threads": threads,
-        "vocab_size": sp.get_piece_size() + 1,
-        "raw_pairs_per_s": round(args.pairs / raw),
-        "stage_pairs_per_s": round(args.pairs / stage),
-        "ratio_stage_to_raw": round(raw / stage, 3),
-        "raw_seconds": [round(s, 2) for s in raw_s],
-        "stage_seconds": [round(s, 2) for s in stage_s],
-        "open_seconds": round(open_s, 4),
-        "encoded_mb_on_disk": round(disk_mb, 1),
-        "mean_src_tokens": stats["src_tokens"]["mean"],
-        "corpus_build_seconds": round(build_s, 1),
-        "spm_train_seconds": round(train_s, 1),
-        "peak_rss_mb": round(rss_mb(), 1),
-        "rss_before_open_mb": round(rss_before_open, 1),
-        "goal_ratio": GOAL_RATIO,
-        "goal_met": raw / stage >= GOAL_RATIO,
-        "python": platform.python_version(),
-        "sentencepiece": spm.__version__,
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
-    }
-    print(f"pairs {args.pairs:,}, {threads} threads, vocab {figures['vocab_size']}, medians of {args.repeats} runs")
-    print(f"  raw sentencepiece encode : {figures['raw_pairs_per_s']:>10,} pairs/s  {raw_s}")
-    print(f"  stage encode (end to end): {figures['stage_pairs_per_s']:>10,} pairs/s  {stage_s}")
-    print(f"  ratio stage/raw          : {figures['ratio_stage_to_raw']:.3f}  "
-          f"(goal >= {GOAL_RATIO}: {'PASS' if figures['goal_met'] else 'MISS'})")
-    print(f"  open encoded corpus      : {open_s * 1000:.1f} ms ({len(lengths):,} sentences, {disk_mb:.0f} MB on disk,"
-          f" last sentence id sum {sample})")
-    print(json.dumps(figures))
+        timed = time_encodings(sp, model, parquet, root, args.repeats, threads)
+        opened = time_open(root)
+    report(args, threads, sp.get_piece_size() + 1, timed, opened, build_s, train_s, spm.__version__)
 
 
 if __name__ == "__main__":
