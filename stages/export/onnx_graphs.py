@@ -101,25 +101,34 @@ def graph_exports(model: Any, example: dict[str, torch.Tensor], beam: int, short
                                decoder_shapes),
     }
     if shortlist:
-        # Each sentence's shortlist: a few more ids than the candidates (which need no more), <pad> after the last.
-        width = decoder.candidates + 3
-        vocab = model.config.vocab_size
-        ids = torch.randperm(vocab, generator=generator)[: 2 * width].reshape(2, width).sort(dim=1).values
-        ids[1, -2:] = model.config.pad_token_id
-        columns = model.lm_head.weight.detach()[ids].transpose(1, 2).contiguous()  # (2, d_model, width)
-        width_dim = torch.export.Dim("width", min=decoder.candidates, max=vocab)
-        jobs["decoder_shortlist"] = GraphExport(
-            shortlisted_decoder(model, beam),
-            (*decoder_args[:3], ids, columns, *decoder_args[3:]),
-            shortlisted_decoder_inputs(layers),
-            shortlisted_decoder_outputs(layers),
-            # In the order of the arguments: the exporter names the graph's dims by it.
-            {**{name: decoder_shapes[name] for name in ("decoder_input_ids", "encoder_attention_mask", "cache_rows")},
-             SHORTLIST_INPUT: {0: batch, 1: width_dim},
-             SHORTLIST_PROJECTION_INPUT: {0: batch, 2: width_dim},
-             **{name: decoder_shapes[name] for name in ("self_cache", "cross_cache")}},
-        )
+        jobs["decoder_shortlist"] = shortlisted_decoder_export(model, beam, decoder.candidates, decoder_args,
+                                                                decoder_shapes, batch, generator)
     return jobs
+
+
+def shortlisted_decoder_export(model: Any, beam: int, candidates: int, decoder_args: tuple[Any, ...],
+                               decoder_shapes: dict[str, Any], batch: Any, generator: torch.Generator) -> GraphExport:
+    """The shortlisted decoder's export job: the cached decoder's example inputs with each sentence's shortlist and
+    its columns of the output projection inserted after `cache_rows`."""
+    # Each sentence's shortlist: a few more ids than the candidates (which need no more), <pad> after the last.
+    width = candidates + 3
+    vocab = model.config.vocab_size
+    ids = torch.randperm(vocab, generator=generator)[: 2 * width].reshape(2, width).sort(dim=1).values
+    ids[1, -2:] = model.config.pad_token_id
+    columns = model.lm_head.weight.detach()[ids].transpose(1, 2).contiguous()  # (2, d_model, width)
+    width_dim = torch.export.Dim("width", min=candidates, max=vocab)
+    layers = model.config.decoder_layers
+    return GraphExport(
+        shortlisted_decoder(model, beam),
+        (*decoder_args[:3], ids, columns, *decoder_args[3:]),
+        shortlisted_decoder_inputs(layers),
+        shortlisted_decoder_outputs(layers),
+        # In the order of the arguments: the exporter names the graph's dims by it.
+        {**{name: decoder_shapes[name] for name in ("decoder_input_ids", "encoder_attention_mask", "cache_rows")},
+         SHORTLIST_INPUT: {0: batch, 1: width_dim},
+         SHORTLIST_PROJECTION_INPUT: {0: batch, 2: width_dim},
+         **{name: decoder_shapes[name] for name in ("self_cache", "cross_cache")}},
+    )
 
 
 # Where each graph is written.
