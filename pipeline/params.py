@@ -593,6 +593,13 @@ class StudentModelParams(ModelParams):
     preset: Literal["tiny", "cpu-ref", "base", "big", "student"] = "student"
 
 
+class StudentExportParams(ExportParams):
+    """distill.export: an export block whose shortlist, unless set, is on (the student is shaped for fast CPU
+    decoding, and the shortlist is most of its int8 speed-up beyond its shape: bench/README.md)."""
+
+    shortlist: bool = True
+
+
 class DistillParams(_Section):
     """Sequence-level distillation (Kim & Rush 2016): the teacher translates every training source with beam search,
     and a student trains on its translations with the same stages (stages/distill, `student_*` in dvc.yaml)."""
@@ -615,6 +622,9 @@ class DistillParams(_Section):
     tokenize: TokenizeParams = Field(default_factory=TokenizeParams)
     model: StudentModelParams = Field(default_factory=StudentModelParams)
     train: TrainParams = Field(default_factory=TrainParams)
+    # The student's export, apart from the teacher's: a lexical shortlist is the student's speed, while the teacher's
+    # own export (what its evaluation page and `mtpipe translate` serve) keeps its whole-vocabulary decoding.
+    export: StudentExportParams = Field(default_factory=StudentExportParams)
 
     _threads_positive = field_validator("threads")(classmethod(lambda cls, v: _count_or_auto(v)))
 
@@ -650,10 +660,11 @@ class Params(_Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     def student(self) -> Params:
-        """The params the student_* stages run with: distill.tokenize, distill.model and distill.train in place of
-        the teacher's; every other section is the run's own."""
+        """The params the student_* stages run with: distill.tokenize, distill.model, distill.train and distill.export
+        in place of the teacher's; every other section is the run's own."""
         distill = self.distill
-        return self.model_copy(update={"tokenize": distill.tokenize, "model": distill.model, "train": distill.train})
+        return self.model_copy(update={"tokenize": distill.tokenize, "model": distill.model, "train": distill.train,
+                                       "export": distill.export})
 
     @model_validator(mode="after")
     def _student_smaller_than_teacher(self) -> Params:

@@ -54,7 +54,8 @@ def project(tmp_path_factory) -> Path:
                 tokenize={"vocab_size": 800},
                 model={"preset": "tiny", "d_model": 32, "ffn_dim": 128, "encoder_layers": 2, "decoder_layers": 1,
                        "attention_heads": 4},
-                train={**TRAIN, "max_steps": 100, "valid_every": 50, "save_every": 50})
+                train={**TRAIN, "max_steps": 100, "valid_every": 50, "save_every": 50},
+                export=SMALL["export"])  # with the student's shortlist, on by default
     git(root, "commit", "-qam", "multi30k slice, two directions, distilled")
     ran = stages_run(dvc(root, "repro"))
     assert sorted(ran) == sorted(TEACHER_STAGES + STUDENT_STAGES)
@@ -128,6 +129,9 @@ def test_the_student_is_smaller_passes_its_export_gate_and_its_card_names_the_te
     assert student["parameters"] < teacher["parameters"]
     export = read(project, "metrics/student/export.json")
     assert export["identical_share"] >= 0.99 and (project / "models/student/export/decoder.int8.onnx").is_file()
+    # The student decodes with its own export block's shortlist; the teacher's export keeps the whole vocabulary.
+    assert "shortlist" in export and (project / "models/student/export/decoder.shortlist.int8.onnx").is_file()
+    assert not (project / "models/export/shortlist.npz").is_file()
     card = (project / "models/student/release/README.md").read_text()
     digest = read(project, "metrics/student/distill.json")["teacher"]["digest"]
     assert "## Distillation" in card and digest in card and "knowledge-distillation" in card
@@ -155,10 +159,13 @@ def test_a_student_change_reruns_only_the_student_and_a_teacher_change_reruns_th
                                   "student_card"])
     # A new export of the same teacher weights (here: a parity check on fewer sentences) is a new models/export:
     # the distillation reruns; its translations are the same, so the student's corpus, vocabulary and weights stay.
-    # The export section is the student's too: its export and card rerun, its training does not.
     set_params(project, {"export": {"parity_sentences": 12}})
     ran = stages_run(dvc(project, "repro"))
-    assert sorted(ran) == ["card", "check_params", "distill", "export", "student_card", "student_export"]
+    assert sorted(ran) == ["card", "check_params", "distill", "export"]
+    # The student's export block is its own: a change there reruns the student's export and card only.
+    set_distill(project, {}, export={"parity_sentences": 12})
+    ran = stages_run(dvc(project, "repro"))
+    assert sorted(ran) == ["check_params", "student_card", "student_export"]
 
 
 def read_params(project: Path) -> dict:

@@ -80,6 +80,8 @@ def test_student_stages_read_the_distill_params_and_teacher_stages_never_do():
         # distill.enabled: switching distillation on or off reruns each (off, it writes a note into its outputs).
         assert "distill.enabled" in DVC[stage]["params"], stage
     assert DVC["student_train"]["params"] == ["distill.enabled", "distill.model", "distill.train"]
+    # The student's export block is its own, so the teacher's export never reruns for a student's shortlist.
+    assert "distill.export" in DVC["student_export"]["params"] and "export" not in DVC["student_export"]["params"]
 
 
 def test_every_param_a_stage_declares_exists_in_the_schema():

@@ -1,5 +1,5 @@
-"""distill: off by default; a student block that is its own (tokenize, model, train); bad settings stop in the schema
-or in check_params naming the key."""
+"""distill: off by default; student blocks of its own (tokenize, model, train, export); bad settings stop in the
+schema or in check_params naming the key."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def test_the_student_view_swaps_in_the_distill_blocks_and_keeps_every_other_sect
     assert student.tokenize.vocab_size == 500
     assert student.evaluate.beam == 3 and student.data == params.data and student.clean == params.clean
     assert params.model.preset == "tiny" and params.train.max_steps == 2400  # the teacher's own are untouched
+
+
+def test_the_students_export_is_its_own_block_with_the_shortlist_on_unless_set():
+    params = parse({"distill": {"enabled": True, "model": SMALL_STUDENT, "export": {"int8": False}}})
+    student = params.student()
+    assert student.export.shortlist is True and student.export.int8 is False
+    assert params.export.shortlist is False and params.export.int8 is True  # the teacher's export is untouched
+    assert parse({"distill": {"export": {"shortlist": False}}}).student().export.shortlist is False
 
 
 @pytest.mark.parametrize("ratio", [-0.1, 1.5])
