@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +82,37 @@ def arguments() -> argparse.Namespace:
     return args
 
 
-def time_encodings(sp, model: Path, parquet: Path, out: Path, repeats: int, threads: int) -> dict:
+@dataclass(frozen=True)
+class Preparation:
+    """The untimed set-up: the corpus built, the SentencePiece model trained."""
+
+    corpus_build_s: float
+    spm_train_s: float
+    vocab_size: int
+    spm_version: str
+
+
+@dataclass(frozen=True)
+class Encodings:
+    """Seconds per repeat of raw SentencePiece and of the stage's encoding, on the same lines."""
+
+    raw_s: list[float]
+    stage_s: list[float]
+    mean_src_tokens: float
+
+
+@dataclass(frozen=True)
+class OpenedCorpus:
+    """Opening the encoded corpus memory-mapped, and what it holds on disk."""
+
+    open_s: float
+    sentences: int
+    last_sentence_sum: int  # read through the map, so the open is not lazy about it
+    disk_mb: float
+    rss_before_open_mb: float
+
+
+def time_encodings(sp, model: Path, parquet: Path, out: Path, repeats: int, threads: int) -> Encodings:
     """Raw SentencePiece and the stage's encode_split, interleaved so both see the same machine state."""
     from pipeline.corpus import read_pairs
     from pipeline.runtime.languages import Directions
@@ -102,10 +133,10 @@ def time_encodings(sp, model: Path, parquet: Path, out: Path, repeats: int, thre
         stats = encode_split(side_by_side(encoders), parquet, out / "train", "uint16", sp.piece_to_id("<unk>"),
                              10**6, False, direction)
         stage_s.append(time.perf_counter() - t0)
-    return {"raw_s": raw_s, "stage_s": stage_s, "mean_src_tokens": stats["src_tokens"]["mean"]}
+    return Encodings(raw_s, stage_s, stats["src_tokens"]["mean"])
 
 
-def time_open(out: Path) -> dict:
+def time_open(out: Path) -> OpenedCorpus:
     """Opening the encoded corpus memory-mapped, and what it holds on disk."""
     import numpy as np
 
@@ -115,47 +146,44 @@ def time_open(out: Path) -> dict:
     t0 = time.perf_counter()
     arrays = TokenArray.open(out / "train.src")
     open_s = time.perf_counter() - t0
-    sentences = len(arrays.lengths)
-    sample = int(np.asarray(arrays[len(arrays) - 1]).sum())  # touch the last sentence through the map
+    last_sum = int(np.asarray(arrays[len(arrays) - 1]).sum())
     # The arrays and train.dir.npy; train.parquet (the input) shares the prefix.
     disk_mb = sum(p.stat().st_size for p in out.glob("train.*") if p.suffix != ".parquet") / 2**20
-    return {"open_s": open_s, "sentences": sentences, "sample": sample, "disk_mb": disk_mb,
-            "rss_before_open": rss_before_open}
+    return OpenedCorpus(open_s, len(arrays.lengths), last_sum, disk_mb, rss_before_open)
 
 
-def report(args: argparse.Namespace, threads: int, vocab_size: int, timed: dict, opened: dict,
-           build_s: float, train_s: float, spm_version: str) -> None:
-    raw_s, stage_s = timed["raw_s"], timed["stage_s"]
-    raw, stage = statistics.median(raw_s), statistics.median(stage_s)
+def report(args: argparse.Namespace, threads: int, prepared: Preparation, timed: Encodings,
+           opened: OpenedCorpus) -> None:
+    raw, stage = statistics.median(timed.raw_s), statistics.median(timed.stage_s)
     figures = {
         "pairs": args.pairs,
         "threads": threads,
-        "vocab_size": vocab_size,
+        "vocab_size": prepared.vocab_size,
         "raw_pairs_per_s": round(args.pairs / raw),
         "stage_pairs_per_s": round(args.pairs / stage),
         "ratio_stage_to_raw": round(raw / stage, 3),
-        "raw_seconds": [round(s, 2) for s in raw_s],
-        "stage_seconds": [round(s, 2) for s in stage_s],
-        "open_seconds": round(opened["open_s"], 4),
-        "encoded_mb_on_disk": round(opened["disk_mb"], 1),
-        "mean_src_tokens": timed["mean_src_tokens"],
-        "corpus_build_seconds": round(build_s, 1),
-        "spm_train_seconds": round(train_s, 1),
+        "raw_seconds": [round(s, 2) for s in timed.raw_s],
+        "stage_seconds": [round(s, 2) for s in timed.stage_s],
+        "open_seconds": round(opened.open_s, 4),
+        "encoded_mb_on_disk": round(opened.disk_mb, 1),
+        "mean_src_tokens": timed.mean_src_tokens,
+        "corpus_build_seconds": round(prepared.corpus_build_s, 1),
+        "spm_train_seconds": round(prepared.spm_train_s, 1),
         "peak_rss_mb": round(rss_mb(), 1),
-        "rss_before_open_mb": round(opened["rss_before_open"], 1),
+        "rss_before_open_mb": round(opened.rss_before_open_mb, 1),
         "goal_ratio": GOAL_RATIO,
         "goal_met": raw / stage >= GOAL_RATIO,
         "python": platform.python_version(),
-        "sentencepiece": spm_version,
+        "sentencepiece": prepared.spm_version,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
-    print(f"pairs {args.pairs:,}, {threads} threads, vocab {vocab_size}, medians of {args.repeats} runs")
-    print(f"  raw sentencepiece encode : {figures['raw_pairs_per_s']:>10,} pairs/s  {raw_s}")
-    print(f"  stage encode (end to end): {figures['stage_pairs_per_s']:>10,} pairs/s  {stage_s}")
+    print(f"pairs {args.pairs:,}, {threads} threads, vocab {prepared.vocab_size}, medians of {args.repeats} runs")
+    print(f"  raw sentencepiece encode : {figures['raw_pairs_per_s']:>10,} pairs/s  {timed.raw_s}")
+    print(f"  stage encode (end to end): {figures['stage_pairs_per_s']:>10,} pairs/s  {timed.stage_s}")
     print(f"  ratio stage/raw          : {figures['ratio_stage_to_raw']:.3f}  "
           f"(goal >= {GOAL_RATIO}: {'PASS' if figures['goal_met'] else 'MISS'})")
-    print(f"  open encoded corpus      : {opened['open_s'] * 1000:.1f} ms ({opened['sentences']:,} sentences, "
-          f"{opened['disk_mb']:.0f} MB on disk, last sentence id sum {opened['sample']})")
+    print(f"  open encoded corpus      : {opened.open_s * 1000:.1f} ms ({opened.sentences:,} sentences, "
+          f"{opened.disk_mb:.0f} MB on disk, last sentence id sum {opened.last_sentence_sum})")
     print(json.dumps(figures))
 
 
@@ -177,9 +205,10 @@ def main() -> None:
         model = train_spm(params, sentences_of(parquet, ("src", "tgt")), root / "spm.model")
         train_s = time.perf_counter() - t0
         sp = spm.SentencePieceProcessor(model_file=str(model))
+        prepared = Preparation(build_s, train_s, sp.get_piece_size() + 1, spm.__version__)
         timed = time_encodings(sp, model, parquet, root, args.repeats, threads)
         opened = time_open(root)
-    report(args, threads, sp.get_piece_size() + 1, timed, opened, build_s, train_s, spm.__version__)
+    report(args, threads, prepared, timed, opened)
 
 
 if __name__ == "__main__":

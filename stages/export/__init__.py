@@ -101,7 +101,8 @@ def _export_formats(model: Any, pairs: ParityPairs, special_ids: SpecialIds, fin
     if settings.onnx:
         from stages.export import onnx_graphs
 
-        timings["onnx"] = onnx_graphs.export_onnx(model, example, out, settings.opset, beam, settings.shortlist)
+        timings["onnx"] = onnx_graphs.export_onnx(model, example, out, settings.opset, beam, settings.shortlist,
+                                                  settings.int8)
         files["onnx"] = dict(ONNX_FILES)
         if settings.int8:
             timings["onnx_int8"] = onnx_graphs.quantize_int8(out, settings.shortlist)

@@ -137,12 +137,13 @@ INT8_PATHS = {**ONNX_INT8_FILES, "decoder_shortlist": SHORTLIST_FILES["onnx_int8
 
 
 def export_onnx(model: Any, example: dict[str, torch.Tensor], out: Path, opset: int, beam: int,
-                shortlist: bool = False) -> dict[str, float]:
+                shortlist: bool = False, int8: bool = False) -> dict[str, float]:
     """Write encoder.onnx and decoder.onnx into `out` (the decoder returns the candidates a beam of width `beam`
-    needs), and decoder.shortlist.onnx and its projection rows with `shortlist`; returns the seconds per graph."""
+    needs), and decoder.shortlist.onnx and its projection rows with `shortlist` (the int8 rows too with `int8`,
+    for quantize_int8's graph); returns the seconds per graph."""
     seconds = {}
     if shortlist:
-        write_projection_rows(model, out)
+        write_projection_rows(model, out, int8)
     for graph, job in graph_exports(model, example, beam, shortlist).items():
         path = out / ONNX_PATHS[graph]
         log.info("exporting the %s to ONNX (opset %d)", graph, opset)

@@ -28,10 +28,12 @@ ZERO_POINT = "shortlist_projection_zero_point"
 SCALE_AXES = "shortlist_projection_scale_axes"
 
 
-def write_projection_rows(model: Any, out: Path) -> None:
-    """shortlist_projection.npz in `out` with the fp32 graph's rows: lm_head's (vocab, d_model) weight."""
-    rows = model.lm_head.weight.detach().float().cpu().numpy()
-    np.savez(out / SHORTLIST_FILES["projection"], onnx=np.ascontiguousarray(rows, dtype=np.float32))
+def write_projection_rows(model: Any, out: Path, int8: bool = False) -> None:
+    """shortlist_projection.npz in `out`: lm_head's (vocab, d_model) weight as the fp32 graph's rows (`onnx`), and
+    with `int8` their int8 rows for the int8 graph (`onnx_int8`), whose scales quantise_projection puts in the graph."""
+    rows = np.ascontiguousarray(model.lm_head.weight.detach().float().cpu().numpy(), dtype=np.float32)
+    arrays = {"onnx": rows, "onnx_int8": int8_rows(rows)[0]} if int8 else {"onnx": rows}
+    np.savez(out / SHORTLIST_FILES["projection"], **arrays)
 
 
 def int8_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -43,13 +45,11 @@ def int8_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def quantise_projection(out: Path, int8_graph: Path) -> None:
-    """Adds the int8 rows to shortlist_projection.npz in `out` and rewrites `int8_graph` (the dynamic
-    quantisation of decoder.shortlist.onnx) to multiply its projection input in int8."""
-    table = out / SHORTLIST_FILES["projection"]
-    with np.load(table) as arrays:
-        rows = arrays["onnx"]
-    quantised, scale = int8_rows(rows)
-    np.savez(table, onnx=rows, onnx_int8=quantised)
+    """Rewrites `int8_graph` (the dynamic quantisation of decoder.shortlist.onnx) to multiply its projection input
+    in int8, with the scales of the int8 rows shortlist_projection.npz in `out` holds (int8_rows of its fp32 rows:
+    the same rows, computed again rather than stored twice)."""
+    with np.load(out / SHORTLIST_FILES["projection"]) as arrays:
+        _, scale = int8_rows(arrays["onnx"])
     model = onnx.load(str(int8_graph))
     rewrite_int8_projection(model.graph, scale)
     onnx.save(model, str(int8_graph))

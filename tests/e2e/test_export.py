@@ -361,7 +361,7 @@ def test_ctranslate2_conversion_is_written_and_its_agreement_reported(exported):
 def reuse_onnx_graphs(exported_dir: Path):
     """An export_onnx that copies the shared export's graphs: the gate tests are about the gate, not the export."""
 
-    def copy_graphs(model, example, out, opset, beam, shortlist=False):
+    def copy_graphs(model, example, out, opset, beam, shortlist=False, int8=False):
         assert not shortlist, "the shared export has no shortlisted decoder to copy"
         for name in ("encoder.onnx", "decoder.onnx"):
             shutil.copy2(exported_dir / name, out / name)
