@@ -493,6 +493,10 @@ class TrainParams(_Section):
     # translation_multi_simple_epoch), then batches them by length, so batches mix directions. 1 = in proportion
     # to the data; larger flattens towards equal shares.
     temperature: float = Field(1.5, ge=1.0)
+    # Several directions: a weight per direction (source-target) multiplying its temperature share before the shares
+    # are normalised again (fairseq's sampling weights); a direction left out weighs 1. {en-de: 2} with two other
+    # directions of equal size trains en-de on half of every epoch's pairs and each of the others on a quarter.
+    direction_weights: dict[str, float] = Field(default_factory=dict)
     # Large checkpoints on small GPUs: recompute activations in the backward pass (about a third slower, much less
     # activation memory), and keep some weights fixed (embeddings: the shared token embeddings, and the output
     # projection tied to them; encoder: the whole encoder).
@@ -500,6 +504,13 @@ class TrainParams(_Section):
     freeze: list[Literal["embeddings", "encoder"]] = Field(default_factory=list)
 
     _nproc_positive = field_validator("nproc")(classmethod(lambda cls, v: _count_or_auto(v)))
+
+    @field_validator("direction_weights")
+    @classmethod
+    def _weights_positive(cls, weights: dict[str, float]) -> dict[str, float]:
+        if bad := {name: w for name, w in weights.items() if not w > 0 or w == float("inf")}:
+            raise ValueError(f"weights must be positive and finite, got {bad}")
+        return weights
 
     @model_validator(mode="after")
     def _decay_ends_at_max_steps(self) -> TrainParams:
@@ -674,6 +685,15 @@ class Params(_Section):
             size = transformer_parameters(teacher.architecture(), self.tokenize.vocab_size, teacher.tie_embeddings)
             if problem := self.distill.not_smaller_than(size, f"the teacher (model.preset {teacher.preset})"):
                 raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _weights_name_the_directions(self) -> Params:
+        for where, train in (("train", self.train), ("distill.train", self.distill.train)):
+            if unknown := [name for name in train.direction_weights if name not in self.data.directions.names]:
+                raise ValueError(
+                    f"{where}.direction_weights: {', '.join(unknown)} is not in data.directions "
+                    f"{self.data.directions.names}")
         return self
 
     @model_validator(mode="after")

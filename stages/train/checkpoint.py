@@ -12,8 +12,8 @@ Every file is written to a temporary name in the same directory, flushed to disk
 one: a run killed at any moment leaves either the previous checkpoint or the new one, never half of one.
 
 A checkpoint records a fingerprint of everything that shapes the training trajectory (model settings, the
-optimisation params, the process count, the encoded data and, with several directions, train.temperature, which
-decides each epoch's pairs). A resumed run must match it; otherwise training
+optimisation params, the process count, the encoded data and, with several directions, train.temperature and
+train.direction_weights, which decide each epoch's pairs). A resumed run must match it; otherwise training
 starts from scratch and says why, instead of silently continuing a different configuration. Limits (max_steps,
 max_epochs, max_minutes), logging, validation and checkpoint frequencies, threads and `deterministic` are not
 part of it: raising max_steps continues a finished run. Each save also writes a random `save_id`, by which the
@@ -77,6 +77,9 @@ def fingerprint(spec: dict[str, Any], world: int, tokenized: Path, directions: i
     # may resume with it switched on.
     if spec["train"].get("freeze"):
         fields["train"]["freeze"] = sorted(spec["train"]["freeze"])
+    # Direction weights decide each epoch's pairs as the temperature does; recorded only when set, for the same reason.
+    if directions > 1 and spec["train"].get("direction_weights"):
+        fields["train"]["direction_weights"] = spec["train"]["direction_weights"]
     # A decaying schedule ends at max_steps, so max_steps shapes every update's learning rate (schedule.py);
     # recorded only then, so an inverse_sqrt run keeps its digest and can still be continued with more steps.
     if spec["train"].get("lr_schedule", "inverse_sqrt") in DECAYING:

@@ -61,6 +61,7 @@ def load_data(tokenized: Path, train_params: Any) -> RunData:
         meta=meta, directions=names, languages=languages, train=train, valid=valid, train_rows=train_rows,
         valid_rows=valid_rows,
         epochs=EpochBatches(*train.lengths(), train_rows, train_params.max_tokens, train_params.seed,
-                            train_params.temperature),
+                            train_params.temperature,
+                            [train_params.direction_weights.get(name, 1.0) for name in names]),
         valid_batches=valid_batches(*valid.lengths(), valid_rows, train_params.max_tokens, train_params.seed),
     )

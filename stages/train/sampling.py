@@ -1,12 +1,13 @@
 """Which pairs each epoch trains on: with several directions, a fresh temperature-sampled draw every epoch.
 
 fairseq's translation_multi_simple_epoch, in numpy. An epoch holds about N pairs, N the training pairs of every
-direction together; direction d gets round(p_d * N) of them, p = pipeline.runtime.languages.temperature_shares(pairs per
-direction, train.temperature) (p ∝ n ** (1 / T): T = 1 keeps the data's proportions, a larger T flattens them
-towards equal shares). Its pairs are drawn as permutations of its rows, as many as needed, cut to that count:
-an upsampled direction repeats each of its rows as often as any other, give or take one; a downsampled one
-trains on a different subset each epoch. The drawn pairs are then cut into token-bucketed batches
-(batching.length_batches), so a batch holds pairs of similar lengths from any direction.
+direction together; direction d gets round(p_d * N) of them, p = pipeline.runtime.languages.temperature_shares(pairs
+per direction, train.temperature) (p ∝ n ** (1 / T): T = 1 keeps the data's proportions, a larger T flattens them
+towards equal shares), each multiplied by its train.direction_weights entry and normalised again. Its pairs are
+drawn as permutations of its rows, as many as needed, cut to that count: an upsampled direction repeats each of its
+rows as often as any other, give or take one; a downsampled one trains on a different subset each epoch. The drawn
+pairs are then cut into token-bucketed batches (batching.length_batches), so a batch holds pairs of similar lengths
+from any direction.
 
 Every draw is seeded from (train.seed, epoch): every rank computes the same epoch without communicating, and a
 resumed run, given the epoch and its position in it (the checkpoint's progress), trains on the same batches as
@@ -29,11 +30,14 @@ SAMPLE_STREAM = 1
 TIES_STREAM = 2
 
 
-def epoch_counts(sizes: list[int], temperature: float) -> list[int]:
-    """Pairs each direction contributes to an epoch of sum(sizes) pairs: round(p_d * N)."""
+def epoch_counts(sizes: list[int], temperature: float, weights: list[float] | None = None) -> list[int]:
+    """Pairs each direction contributes to an epoch of sum(sizes) pairs: round(p_d * N), p the temperature shares
+    times `weights` (one per direction; None: all 1), normalised."""
     total = sum(sizes)
     shares = temperature_shares(dict(enumerate(sizes)), temperature)
-    return [round(shares[d] * total) for d in range(len(sizes))]
+    weighted = [shares[d] * (1.0 if weights is None else weights[d]) for d in range(len(sizes))]
+    norm = sum(weighted)
+    return [round(w / norm * total) for w in weighted]
 
 
 def epoch_sample(rows: list[np.ndarray], counts: list[int], seed: int, epoch: int) -> np.ndarray:
@@ -51,14 +55,15 @@ def epoch_sample(rows: list[np.ndarray], counts: list[int], seed: int, epoch: in
 class EpochBatches:
     """`epochs(e)` -> (the batches of epoch e before their per-epoch shuffle, each batch's real target tokens).
 
-    `rows` holds each direction's row numbers; the lengths are the Collator's (clipped to train.max_len), so the
-    target tokens are what the collated batches count (the loss normaliser)."""
+    `rows` holds each direction's row numbers, `weights` each direction's sampling weight (None: all 1); the
+    lengths are the Collator's (clipped to train.max_len), so the target tokens are what the collated batches count
+    (the loss normaliser)."""
 
     def __init__(self, src_len: np.ndarray, tgt_len: np.ndarray, rows: list[np.ndarray], max_tokens: int,
-                 seed: int, temperature: float):
+                 seed: int, temperature: float, weights: list[float] | None = None):
         self.src_len, self.tgt_len, self.rows = src_len, tgt_len, rows
         self.max_tokens, self.seed = max_tokens, seed
-        self.counts = epoch_counts([len(r) for r in rows], temperature)
+        self.counts = epoch_counts([len(r) for r in rows], temperature, weights)
         self._fixed: tuple[list[np.ndarray], np.ndarray] | None = None
         self._last: tuple[int, tuple[list[np.ndarray], np.ndarray]] | None = None
         if len(rows) == 1:  # one direction: every pair once, the same batches every epoch

@@ -568,3 +568,19 @@ def test_the_temperature_is_part_of_the_resume_fingerprint_only_with_several_dir
 
     assert digest(1.5, 1) == digest(3.0, 1)  # one direction is never sampled
     assert digest(1.5, 2) != digest(3.0, 2)
+
+
+def test_direction_weights_join_the_resume_fingerprint_only_when_set_and_with_several_directions(tmp_path):
+    from stages.train import checkpoint
+
+    several = {"source": "files", "directions": ["en-de", "en-fr"],
+               "files": {split: {"pattern": f"{split}.{{lang}}.gz"} for split in ("train", "valid", "test")}}
+
+    def digest(weights, directions):
+        spec = train.train_spec(parse({"data": several, "train": {"direction_weights": weights}}), Paths(tmp_path))
+        return checkpoint.fingerprint(spec, 1, tmp_path, directions)["digest"]
+
+    unweighted = train.train_spec(parse({"data": several}), Paths(tmp_path))
+    assert digest({}, 2) == checkpoint.fingerprint(unweighted, 1, tmp_path, 2)["digest"]  # earlier checkpoints resume
+    assert digest({"en-de": 2.0}, 2) != digest({}, 2)
+    assert digest({"en-de": 2.0}, 1) == digest({}, 1)

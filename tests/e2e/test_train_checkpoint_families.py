@@ -81,7 +81,8 @@ def run_data(paths_or_root, max_len: int = 256):
 
     root = paths_or_root.root if isinstance(paths_or_root, Paths) else paths_or_root
     return load_data(root / "data" / "tokenized",
-                     SimpleNamespace(max_len=max_len, max_tokens=600, seed=1, temperature=1.5))
+                     SimpleNamespace(max_len=max_len, max_tokens=600, seed=1, temperature=1.5,
+                                     direction_weights={}))
 
 
 def curve(paths: Paths, name: str) -> dict[int, float]:

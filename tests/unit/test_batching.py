@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.token_arrays import TokenArray, TokenArrayWriter
 from stages.train.batching import IGNORE_INDEX, Collator, epoch_batches, length_batches, planned_updates
-from stages.train.sampling import EpochBatches, epoch_sample
+from stages.train.sampling import EpochBatches, epoch_counts, epoch_sample
 
 
 def random_lengths(n=2000, seed=0):
@@ -162,6 +162,20 @@ def test_temperature_1_keeps_the_directions_proportions_and_a_large_one_gives_eq
             assert drawn == epochs.counts and sum(drawn) == pytest.approx(sum(sizes), abs=2)
     middle, _, _ = epochs_of(sizes, 5.0)  # in between: the small directions gain, the large one gives way
     assert 3000 > middle.counts[0] > 1250 and 150 < middle.counts[2] < 1250
+
+
+def test_direction_weights_multiply_the_temperature_shares_and_the_epoch_keeps_its_size():
+    sizes = [1000, 1000, 1000]
+    src, tgt = random_lengths(sum(sizes), seed=5)
+    weighted = EpochBatches(src, tgt, direction_rows(sizes), 600, 1, 1.5, weights=[2.0, 1.0, 1.0])
+    assert weighted.counts == [1500, 750, 750]
+    assert pairs_per_direction(weighted(1)[0], sizes) == [1500, 750, 750]
+    # Weights of 1 are no weights: the same epochs, pair for pair.
+    plain, _, _ = epochs_of(sizes, 1.5)
+    ones = EpochBatches(src, tgt, direction_rows(sizes), 600, 1, 1.5, weights=[1.0, 1.0, 1.0])
+    assert [b.tolist() for b in ones(2)[0]] == [b.tolist() for b in plain(2)[0]]
+    # They act on the temperature shares, not on the raw sizes: T = 1 and weights [1, 5] over sizes [3000, 600].
+    assert epoch_counts([3000, 600], 1.0, [1.0, 5.0]) == [1800, 1800]
 
 
 def test_an_upsampled_direction_repeats_every_row_alike_and_a_downsampled_one_never_repeats_a_row():

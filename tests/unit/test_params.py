@@ -202,3 +202,17 @@ def test_separate_vocabularies_are_for_one_direction():
     with pytest.raises(ParamsError, match="tokenize.joint: false .* is for one direction"):
         parse(raw)
     assert parse({**raw, "data": {"source": "wmt14", "directions": ["en-de"]}}).tokenize.joint is False
+
+
+def test_direction_weights_must_name_the_runs_directions_and_be_positive():
+    several = {"source": "files", "directions": ["en-de", "en-fr"],
+               "files": {split: {"pattern": f"{split}.{{lang}}.gz"} for split in ("train", "valid", "test")}}
+    assert parse({"data": several, "train": {"direction_weights": {"en-de": 2}}}).train.direction_weights == {
+        "en-de": 2.0}
+    with pytest.raises(ParamsError, match=r"train\.direction_weights: en-cs is not in data\.directions"):
+        parse({"data": several, "train": {"direction_weights": {"en-cs": 2}}})
+    with pytest.raises(ParamsError, match=r"distill\.train\.direction_weights: de-en is not in data\.directions"):
+        parse({"data": several, "distill": {"train": {"direction_weights": {"de-en": 2}}}})
+    with pytest.raises(ParamsError,
+                       match=r"train\.direction_weights: weights must be positive and finite, got \{'en-de': 0\.0\}"):
+        parse({"data": several, "train": {"direction_weights": {"en-de": 0}}})
