@@ -40,6 +40,15 @@ class Paths:
     def teacher(self) -> Paths:
         return Paths(self.root)
 
+    def section(self, name: str) -> str:
+        """The params.yaml block this role's stages read for `name`: the student's tokenize, model, train and export
+        blocks are distill's (Params.student), so its messages name distill.export, not export."""
+        return f"distill.{name}" if self.role else name
+
+    def stage(self, name: str) -> str:
+        """This role's dvc.yaml stage called `name` for the teacher: the student's is student_<name>."""
+        return f"{self.role}_{name}" if self.role else name
+
     def _in(self, area: str) -> Path:
         return self.root / area / self.role if self.role else self.root / area
 

@@ -180,7 +180,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
                      ", ".join(files))
             metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, pairs)
             failed = gate_message(metrics, settings, start_row_norm(model, special_ids.pad),
-                                  int8_dot_products_saturate())
+                                  int8_dot_products_saturate(), paths.section("export"), paths.stage("train"))
             if failed:
                 raise ParityFailed(failed)  # inside atomic_path: nothing is published
             _add_costs(metrics, files, timings, out, settings)

@@ -383,7 +383,8 @@ def test_a_perturbed_onnx_decoder_fails_the_gate_and_publishes_nothing(exported,
         return dataclasses.replace(out, logits=out.logits + noise)
 
     monkeypatch.setattr(OnnxSeq2Seq, "decode", perturbed)
-    with pytest.raises(ParityFailed, match=r"en-de: onnx decoder max abs diff .* > max_logit_diff 0\.0001") as failure:
+    with pytest.raises(ParityFailed,
+                       match=r"en-de: onnx decoder max abs diff .* > export\.max_logit_diff 0\.0001") as failure:
         export.run(export_params(int8=False, torchscript=False, parity_sentences=4), paths)
     assert "onnx decoder cached max abs diff" in str(failure.value)
     assert not paths.export.exists()

@@ -92,6 +92,21 @@ def test_on_an_x86_cpu_without_vnni_the_int8_fix_says_the_cpu_is_part_of_it():
     assert "an x86 CPU without VNNI" in gate_message(report, thresholds(ctranslate2_quantization="int8"), None, True)
 
 
+def test_a_students_gate_names_its_own_thresholds_and_its_own_training_stage():
+    from pipeline.artifacts import Paths
+
+    student = Paths().student()
+    report = {"directions": {"en-de": {**direction_report(0.5, -3.0), "identical_share": 0.5,
+                                       "onnx": {"decoder_max_abs_diff": 0.5}}}}
+    message = gate_message(report, thresholds(), 0.53, False, student.section("export"), student.stage("train"))
+    for key in ("max_logit_diff", "min_identical", "ctranslate2_min_identical", "ctranslate2_max_bleu_delta"):
+        assert f"distill.export.{key}" in message
+    assert " export." not in message and "(export." not in message
+    assert "`dvc repro student_train`" in message
+    teacher = gate_message(report, thresholds(), 0.53)
+    assert "< export.min_identical" in teacher and "`dvc repro train`" in teacher
+
+
 # --------------------------------------------------------------------------------------------------- the rows
 
 
