@@ -1,0 +1,82 @@
+"""Benchmark: how many checkpoints to average, chosen on a split that is not the test set.
+
+    .venv/bin/python bench/averaging.py --run DIR [--last 1 5 10 20] [--split val] [--threads 2]
+
+DIR is a project directory after `dvc repro` (or `dvc repro evaluate`) with `train.average_last` at least the
+largest K asked for: its models/checkpoints/average/ holds the weights of the last updates (one every
+`train.save_every`, plus the final one), models/final the config and tokenizer, data/clean/<split>.parquet the
+pairs. For each K, the element-wise mean of the last K snapshots (the training stage's own average_snapshots, so
+K = train.average_last gives models/final's weights) is put into the model and every direction of the split is
+translated with the evaluate stage's beam search and settings (DIR/params.yaml's `evaluate:` block) and scored
+with sacreBLEU, as the evaluate stage scores it. A run of one `average_last` thus answers for every smaller K:
+averaging is not part of the training trajectory. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True, help="project directory of a finished run")
+    parser.add_argument("--last", type=int, nargs="+", default=[1, 5, 10, 20], help="K: average the last K")
+    parser.add_argument("--split", default="val", help="a split of DIR/data/clean (never the reported test set)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+
+    from pipeline.artifacts import Paths
+    from pipeline.corpus import read_pairs_by_direction
+    from pipeline.params import load
+    from pipeline.runtime.model_languages import ModelLanguages
+    from stages.evaluate import load_model, score, translate
+    from stages.train.checkpoint import AVERAGE_DIR, average_snapshots
+
+    torch.set_num_threads(args.threads)
+    paths = Paths(args.run)
+    params = load(args.run / "params.yaml")
+    snapshots = sorted((paths.checkpoints / AVERAGE_DIR).glob("step-*.pt"))
+    if not snapshots:
+        sys.exit(f"{paths.checkpoints / AVERAGE_DIR}: no snapshots (train with train.average_last > 1)")
+    wanted = sorted(set(args.last))
+    if wanted[-1] > len(snapshots):
+        sys.exit(f"--last {wanted[-1]}: {paths.checkpoints / AVERAGE_DIR} holds {len(snapshots)} snapshots")
+    languages = ModelLanguages.read(paths.final_model)
+    pairs = read_pairs_by_direction(paths.split_file(paths.clean, args.split))
+    model, tokenizer = load_model(paths.final_model)
+
+    figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": params.evaluate.beam,
+                                  "threads": args.threads, "snapshots": len(snapshots)}
+    print(f"{args.run}: {len(snapshots)} snapshots, {args.split}, beam {params.evaluate.beam}, "
+          f"{args.threads} threads")
+    for k in wanted:
+        weights, steps = average_snapshots(paths.checkpoints, k)
+        model.load_state_dict(weights)
+        start = time.perf_counter()
+        row = {}
+        for direction in languages.directions.directions:
+            sources, refs = pairs[str(direction)][1:]
+            hyps = translate(model, tokenizer, languages.layout(str(direction)), sources, params.evaluate,
+                             progress_bar=False)
+            row[str(direction)] = score(hyps, refs)["bleu"]
+        mean = sum(row.values()) / len(row)
+        print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
+              + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
+        figures[f"last_{k}"] = {"first_update": steps[0], "last_update": steps[-1], "bleu": row,
+                                "mean_bleu": round(mean, 2)}
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
