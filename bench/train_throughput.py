@@ -54,6 +54,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -377,7 +378,32 @@ def run_trainer(name: str, precision: str, args: argparse.Namespace, work: Path,
     return run_hf(args, work, meta, batch_sentences, sampling, precision)
 
 
-def main() -> None:
+@dataclass
+class Corpus:
+    """The training pairs' shape as both trainers see it, and the model FLOPs per target token it implies."""
+
+    tgt_len: Any  # each pair's target tokens, clipped to max_len
+    ours_tgt_per_batch: float
+    batch_sentences: int  # hf's batch: about as many real target tokens as ours
+    flops_exact: float
+    flops_rule: float
+
+
+@dataclass
+class Peaks:
+    """The matmul peak per precision: the best of before and after the trainers, and the after alone."""
+
+    best: dict[str, float]
+    after: dict[str, float]
+
+
+@dataclass
+class Bf16:
+    native: bool
+    reason: str
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60, help="measured seconds per trainer, after warm-up")
     parser.add_argument("--warmup-steps", type=int, default=10, help="updates left out of the measurement")
@@ -398,127 +424,149 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.multi30k / "train.en.gz").exists():
         sys.exit(f"Multi30k not found in {args.multi30k} (use --multi30k DIR)")
+    return args
+
+
+def opened_work(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The tokenized corpus in `work` (made there on the first run), with every earlier run's leftovers removed;
+    returns its meta.json."""
+    if not (work / "data" / "tokenized" / "meta.json").exists():
+        meta = prepare_data(args.multi30k, work, args.vocab_size)
+    else:
+        meta = json.loads((work / "data" / "tokenized" / "meta.json").read_text())
+    for leftover in work.iterdir():
+        if leftover.name != "data":
+            shutil.rmtree(leftover, ignore_errors=True)
+    return meta
+
+
+def corpus_shape(args: argparse.Namespace, work: Path, meta: dict[str, Any]) -> Corpus:
+    import numpy as np
+
+    from pipeline.token_arrays import TokenArray
+    from stages.train.batching import length_batches
+
+    max_len = train_params(args, "fp32")["max_len"]
+    src_len = np.minimum(TokenArray.open(work / "data/tokenized/train.src").lengths, max_len)
+    tgt_len = np.minimum(TokenArray.open(work / "data/tokenized/train.tgt").lengths, max_len)
+    ours_tgt_per_batch = float(tgt_len.sum()) / len(length_batches(src_len, tgt_len, args.max_tokens, 1))
+    flops_exact, flops_rule = flops_per_target_token(model_settings(args)["arch"], meta["vocab_size"], src_len,
+                                                     tgt_len)
+    return Corpus(tgt_len, ours_tgt_per_batch, max(1, round(ours_tgt_per_batch / float(tgt_len.mean()))),
+                  flops_exact, flops_rule)
+
+
+def main() -> None:
+    args = arguments()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    import numpy as np
     import torch
 
     from stages.train.precision import native_bf16
 
-    bf16_native, bf16_reason = native_bf16(torch.device("cpu"))
+    bf16 = Bf16(*native_bf16(torch.device("cpu")))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="train-bench-"))
     try:
-        if not (work / "data" / "tokenized" / "meta.json").exists():
-            meta = prepare_data(args.multi30k, work, args.vocab_size)
-        else:
-            meta = json.loads((work / "data" / "tokenized" / "meta.json").read_text())
-        for leftover in work.iterdir():
-            if leftover.name != "data":
-                shutil.rmtree(leftover, ignore_errors=True)
+        meta = opened_work(args, work)
         if args.profile:
             kinds = profile_ours(args, work)
             print(json.dumps({"profile_updates": args.profile, "precision": args.profile_precision,
-                              "threads": args.threads, "torch": torch.__version__, "bf16_native": bf16_native,
+                              "threads": args.threads, "torch": torch.__version__, "bf16_native": bf16.native,
                               "time_share_by_kind": kinds}))
             return
-
-        from pipeline.token_arrays import TokenArray
-        from stages.train.batching import length_batches
-
-        max_len = train_params(args, "fp32")["max_len"]
-        src_len = np.minimum(TokenArray.open(work / "data/tokenized/train.src").lengths, max_len)
-        tgt_len = np.minimum(TokenArray.open(work / "data/tokenized/train.tgt").lengths, max_len)
-        batches = length_batches(src_len, tgt_len, args.max_tokens, 1)
-        ours_tgt_per_batch = float(tgt_len.sum()) / len(batches)
-        # hf batches hold sentences: as many as make about the same real target tokens per batch.
-        batch_sentences = max(1, round(ours_tgt_per_batch / float(tgt_len.mean())))
-        arch = model_settings(args)["arch"]
-        flops_exact, flops_rule = flops_per_target_token(arch, meta["vocab_size"], src_len, tgt_len)
-
+        corpus = corpus_shape(args, work, meta)
         # Emulated bf16 multiplies at well under 1 GFLOP/s: a 2048^3 product would take about a minute a repeat.
-        sizes = {"fp32": 2048, "bf16": 2048 if bf16_native else 512}
-        peaks_before = {p: matmul_peak(args.threads, p, n) for p, n in sizes.items()}
-        results: dict[tuple[str, str], dict[str, Any]] = {}
-        for precision in args.precisions:
-            for name in args.only:
-                results[name, precision] = run_trainer(name, precision, args, work, meta, batch_sentences)
-        peaks_after = {p: matmul_peak(args.threads, p, n) for p, n in sizes.items()}
+        sizes = {"fp32": 2048, "bf16": 2048 if bf16.native else 512}
+        before = {p: matmul_peak(args.threads, p, n) for p, n in sizes.items()}
+        results = {(name, precision): run_trainer(name, precision, args, work, meta, corpus.batch_sentences)
+                   for precision in args.precisions for name in args.only}
+        after = {p: matmul_peak(args.threads, p, n) for p, n in sizes.items()}
         # The peak is the best the machine showed; load from other processes only lowers it.
-        peaks = {p: max(peaks_before[p], peaks_after[p]) for p in peaks_before}
+        peaks = Peaks({p: max(before[p], after[p]) for p in before}, after)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    report(args, meta, results, peaks, peaks_after, flops_exact, flops_rule, ours_tgt_per_batch, batch_sentences,
-           tgt_len, bf16_native, bf16_reason)
+    report(args, meta, results, peaks, corpus, bf16)
 
 
 def report(args: argparse.Namespace, meta: dict[str, Any], results: dict[tuple[str, str], dict[str, Any]],
-           peaks: dict[str, float], peaks_after: dict[str, float], flops_exact: float, flops_rule: float,
-           ours_tgt_per_batch: float, batch_sentences: int, tgt_len: Any, bf16_native: bool,
-           bf16_reason: str) -> None:
+           peaks: Peaks, corpus: Corpus, bf16: Bf16) -> None:
     import torch
 
+    model = " ".join(["cpu-ref", *args.model])
     figures: dict[str, Any] = {
         "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-        "bf16_native": bf16_native, "vocab_size": meta["vocab_size"], "train_pairs": int(len(tgt_len)),
-        "model": " ".join(["cpu-ref", *args.model]), "precisions": args.precisions,
-        "ours_batch_tgt_tokens": round(ours_tgt_per_batch, 1), "hf_batch_sentences": batch_sentences,
-        "hf_batch_tgt_tokens": round(batch_sentences * float(tgt_len.mean()), 1),
-        "train_flops_per_tgt_token": round(flops_exact), "train_flops_per_tgt_token_6n_rule": round(flops_rule),
+        "bf16_native": bf16.native, "vocab_size": meta["vocab_size"], "train_pairs": int(len(corpus.tgt_len)),
+        "model": model, "precisions": args.precisions,
+        "ours_batch_tgt_tokens": round(corpus.ours_tgt_per_batch, 1), "hf_batch_sentences": corpus.batch_sentences,
+        "hf_batch_tgt_tokens": round(corpus.batch_sentences * float(corpus.tgt_len.mean()), 1),
+        "train_flops_per_tgt_token": round(corpus.flops_exact),
+        "train_flops_per_tgt_token_6n_rule": round(corpus.flops_rule),
         "seconds_per_trainer": args.seconds, "warmup_steps": args.warmup_steps, "ours_attention": args.attention,
     }
-    for p, peak in peaks.items():
+    for p, peak in peaks.best.items():
         figures[f"matmul_peak_{p}_gflops"] = round(peak / 1e9, 2)
-        figures[f"matmul_peak_{p}_gflops_after_trainers"] = round(peaks_after[p] / 1e9, 2)
-    model = " ".join(["cpu-ref", *args.model])
+        figures[f"matmul_peak_{p}_gflops_after_trainers"] = round(peaks.after[p] / 1e9, 2)
     print(f"Multi30k en-de, {model}, {args.threads} thread(s), {args.seconds:.0f} s per trainer after "
-          f"{args.warmup_steps} warm-up updates; bf16 {'native' if bf16_native else 'EMULATED'}: {bf16_reason}")
+          f"{args.warmup_steps} warm-up updates; bf16 {'native' if bf16.native else 'EMULATED'}: {bf16.reason}")
     print("matmul peak (best of before and after the trainers): " + ", ".join(
-        f"{p} {peaks[p] / 1e9:.1f} GFLOP/s (after: {peaks_after[p] / 1e9:.1f})" for p in peaks)
-        + f"; model {flops_exact / 1e6:.1f} MFLOP per target token (6N rule: {flops_rule / 1e6:.1f})")
+        f"{p} {peaks.best[p] / 1e9:.1f} GFLOP/s (after: {peaks.after[p] / 1e9:.1f})" for p in peaks.best)
+        + f"; model {corpus.flops_exact / 1e6:.1f} MFLOP per target token (6N rule: {corpus.flops_rule / 1e6:.1f})")
     for (name, precision), r in results.items():
-        key = f"{name}_{precision}"
-        achieved = r["tgt_tokens_per_s"] * flops_exact
-        figures[f"{key}_tgt_tokens_per_s"] = round(r["tgt_tokens_per_s"], 1)
-        figures[f"{key}_tgt_tokens_per_s_span"] = round(r["tgt_tokens_per_s_span"], 1)
-        figures[f"{key}_gflops"] = round(achieved / 1e9, 2)
-        figures[f"{key}_peak_share"] = round(achieved / peaks[precision], 3)
-        if bf16_native:  # against an emulated bf16 "peak" a share means nothing
-            figures[f"{key}_bf16_peak_share"] = round(achieved / peaks["bf16"], 3)
-        figures[f"{key}_padding_efficiency"] = round(r["padding_efficiency"], 3)
-        figures[f"{key}_measured_updates"] = r["measured_updates"]
-        figures[f"{key}_measured_seconds"] = r["measured_seconds"]
-        of_bf16 = f"{achieved / peaks['bf16']:.1%} of bf16's" if bf16_native else "bf16 emulated"
-        print(f"{key:>15}: {r['tgt_tokens_per_s']:8.0f} tgt tok/s  {achieved / 1e9:6.2f} GFLOP/s = "
-              f"{achieved / peaks[precision]:6.1%} of the {precision} peak ({of_bf16})"
-              f"  padding efficiency {r['padding_efficiency']:.2f}  ({r['measured_updates']} updates in "
-              f"{r['measured_seconds']} s measured, span average {r['tgt_tokens_per_s_span']:.0f} tok/s)")
+        report_run(f"{name}_{precision}", r, r["tgt_tokens_per_s"] * corpus.flops_exact, precision, peaks.best,
+                   bf16.native, figures)
+    report_goals(results, peaks.best, corpus.flops_exact, figures)
+    print(json.dumps(figures))
+
+
+def report_run(key: str, r: dict[str, Any], achieved: float, precision: str, peaks: dict[str, float],
+               bf16_native: bool, figures: dict[str, Any]) -> None:
+    """One trainer in one precision: its line, and its figures added to `figures`."""
+    figures[f"{key}_tgt_tokens_per_s"] = round(r["tgt_tokens_per_s"], 1)
+    figures[f"{key}_tgt_tokens_per_s_span"] = round(r["tgt_tokens_per_s_span"], 1)
+    figures[f"{key}_gflops"] = round(achieved / 1e9, 2)
+    figures[f"{key}_peak_share"] = round(achieved / peaks[precision], 3)
+    if bf16_native:  # against an emulated bf16 "peak" a share means nothing
+        figures[f"{key}_bf16_peak_share"] = round(achieved / peaks["bf16"], 3)
+    figures[f"{key}_padding_efficiency"] = round(r["padding_efficiency"], 3)
+    figures[f"{key}_measured_updates"] = r["measured_updates"]
+    figures[f"{key}_measured_seconds"] = r["measured_seconds"]
+    of_bf16 = f"{achieved / peaks['bf16']:.1%} of bf16's" if bf16_native else "bf16 emulated"
+    print(f"{key:>15}: {r['tgt_tokens_per_s']:8.0f} tgt tok/s  {achieved / 1e9:6.2f} GFLOP/s = "
+          f"{achieved / peaks[precision]:6.1%} of the {precision} peak ({of_bf16})"
+          f"  padding efficiency {r['padding_efficiency']:.2f}  ({r['measured_updates']} updates in "
+          f"{r['measured_seconds']} s measured, span average {r['tgt_tokens_per_s_span']:.0f} tok/s)")
+
+
+def report_goals(results: dict[tuple[str, str], dict[str, Any]], peaks: dict[str, float], flops_exact: float,
+                 figures: dict[str, Any]) -> None:
+    """Each trainer in its fastest precision; ours against the peak and against the fastest hf variant."""
     best = {name: max(((p, r) for (n, p), r in results.items() if n == name),
                       key=lambda pr: pr[1]["tgt_tokens_per_s"]) for name in {n for n, _ in results}}
     for name, (precision, _) in sorted(best.items()):
         figures[f"{name}_best_precision"] = precision
-    if "ours" in best:
-        precision, r = best["ours"]
-        share = r["tgt_tokens_per_s"] * flops_exact / peaks[precision]
-        print(f"goal ours (fastest in {precision}) >= {GOAL_PEAK_SHARE:.0%} of the {precision} matmul peak: "
-              f"{share:.1%} {'PASS' if share >= GOAL_PEAK_SHARE else 'MISS'}")
-        figures["goal_peak_share"] = round(share, 3)
-        figures["goal_peak_share_pass"] = share >= GOAL_PEAK_SHARE
-        hf_best = [(n, p, r2) for n, (p, r2) in best.items() if n != "ours"]
-        for n, p, r2 in sorted(hf_best):
-            ratio = r["tgt_tokens_per_s"] / r2["tgt_tokens_per_s"]
-            figures[f"ratio_ours_to_{n}"] = round(ratio, 3)
-            print(f"ours ({precision}) / {n} ({p}, its fastest): {ratio:.2f}x")
-        if hf_best:
-            n, p, r2 = max(hf_best, key=lambda t: t[2]["tgt_tokens_per_s"])
-            ratio = r["tgt_tokens_per_s"] / r2["tgt_tokens_per_s"]
-            figures["goal_ratio_best_hf"] = round(ratio, 3)
-            figures["goal_ratio_pass"] = ratio >= GOAL_RATIO
-            print(f"goal ours >= {GOAL_RATIO}x the best hf variant ({n}, {p}): {ratio:.2f}x "
-                  f"{'PASS' if ratio >= GOAL_RATIO else 'MISS'}")
-    print(json.dumps(figures))
+    if "ours" not in best:
+        return
+    precision, r = best["ours"]
+    share = r["tgt_tokens_per_s"] * flops_exact / peaks[precision]
+    print(f"goal ours (fastest in {precision}) >= {GOAL_PEAK_SHARE:.0%} of the {precision} matmul peak: "
+          f"{share:.1%} {'PASS' if share >= GOAL_PEAK_SHARE else 'MISS'}")
+    figures["goal_peak_share"] = round(share, 3)
+    figures["goal_peak_share_pass"] = share >= GOAL_PEAK_SHARE
+    hf_best = [(n, p, r2) for n, (p, r2) in best.items() if n != "ours"]
+    for n, p, r2 in sorted(hf_best):
+        ratio = r["tgt_tokens_per_s"] / r2["tgt_tokens_per_s"]
+        figures[f"ratio_ours_to_{n}"] = round(ratio, 3)
+        print(f"ours ({precision}) / {n} ({p}, its fastest): {ratio:.2f}x")
+    if hf_best:
+        n, p, r2 = max(hf_best, key=lambda t: t[2]["tgt_tokens_per_s"])
+        ratio = r["tgt_tokens_per_s"] / r2["tgt_tokens_per_s"]
+        figures["goal_ratio_best_hf"] = round(ratio, 3)
+        figures["goal_ratio_pass"] = ratio >= GOAL_RATIO
+        print(f"goal ours >= {GOAL_RATIO}x the best hf variant ({n}, {p}): {ratio:.2f}x "
+              f"{'PASS' if ratio >= GOAL_RATIO else 'MISS'}")
 
 
 if __name__ == "__main__":
