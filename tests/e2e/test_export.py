@@ -406,11 +406,11 @@ def test_gate_names_every_figure_over_its_threshold():
     }
     failures = gate.parity_failures(report, params.export)
     assert len(failures) == 6, failures
-    assert "onnx decoder max abs diff 0.003 > max_logit_diff 0.0001" in failures
-    assert "onnx decoder cached max abs diff 0.0002 > max_logit_diff 0.0001" in failures
+    assert "onnx decoder max abs diff 0.003 > export.max_logit_diff 0.0001" in failures
+    assert "onnx decoder cached max abs diff 0.0002 > export.max_logit_diff 0.0001" in failures
     assert any(f.startswith("torchscript encoder max abs diff nan") for f in failures)
-    assert any("90.00% of 10 sentences < min_identical 99.00%" in f for f in failures)
-    assert "onnx greedy BLEU differs from PyTorch by 0.50 > max_bleu_delta 0.10" in failures
+    assert any("90.00% of 10 sentences < export.min_identical 99.00%" in f for f in failures)
+    assert "onnx greedy BLEU differs from PyTorch by 0.50 > export.max_bleu_delta 0.10" in failures
     assert "onnx greedy decoding emitted <pad>" in failures
     report["onnx"].update(decoder_max_abs_diff=1e-4, decoder_cached_max_abs_diff=0.0)
     report.update(torchscript={"encoder_max_abs_diff": 0.0, "decoder_max_abs_diff": 0.0}, emitted_pad=False,
@@ -425,8 +425,8 @@ def test_the_gate_names_the_direction_of_each_failure():
     failing = {**passing, "onnx": {"encoder_max_abs_diff": 0.5}, "identical_share": 0.5}
     report = {**passing, "directions": {"en-de": passing, "en-fr": failing}}
     assert gate.direction_failures(report, params.export) == [
-        "en-fr: onnx encoder max abs diff 0.5 > max_logit_diff 0.0001",
-        "en-fr: onnx greedy outputs identical to PyTorch for 50.00% of 4 sentences < min_identical 99.00%",
+        "en-fr: onnx encoder max abs diff 0.5 > export.max_logit_diff 0.0001",
+        "en-fr: onnx greedy outputs identical to PyTorch for 50.00% of 4 sentences < export.min_identical 99.00%",
     ]
     report["directions"]["en-fr"] = passing
     assert gate.direction_failures(report, params.export) == []
