@@ -1,6 +1,7 @@
 """Benchmark: how many checkpoints to average, chosen on a split that is not the test set.
 
     .venv/bin/python bench/averaging.py --run DIR [--last 1 5 10 20] [--split val] [--threads 2]
+        [--directions en-de] [--length-penalty 1.3]
 
 DIR is a project directory after `dvc repro` (or `dvc repro evaluate`) with `train.average_last` at least the
 largest K asked for: its models/checkpoints/average/ holds the weights of the last updates (one every
@@ -9,7 +10,9 @@ pairs. For each K, the element-wise mean of the last K snapshots (the training s
 K = train.average_last gives models/final's weights) is put into the model and every direction of the split is
 translated with the evaluate stage's beam search and settings (DIR/params.yaml's `evaluate:` block) and scored
 with sacreBLEU, as the evaluate stage scores it. A run of one `average_last` thus answers for every smaller K:
-averaging is not part of the training trajectory. Last line: one JSON object.
+averaging is not part of the training trajectory. `--length-penalty` decodes with another
+`evaluate.length_penalty` (the other decoding choice made on val); `--directions` scores only those. Last line:
+one JSON object.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ def main() -> None:
     parser.add_argument("--last", type=int, nargs="+", default=[1, 5, 10, 20], help="K: average the last K")
     parser.add_argument("--split", default="val", help="a split of DIR/data/clean (never the reported test set)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--directions", nargs="+", help="only these directions (default: every one the model has)")
+    parser.add_argument("--length-penalty", type=float, help="instead of DIR/params.yaml's evaluate.length_penalty")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -46,6 +51,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     paths = Paths(args.run)
     params = load(args.run / "params.yaml")
+    decoding = params.evaluate
+    if args.length_penalty is not None:
+        decoding = decoding.model_copy(update={"length_penalty": args.length_penalty})
     snapshots = sorted((paths.checkpoints / AVERAGE_DIR).glob("step-*.pt"))
     if not snapshots:
         sys.exit(f"{paths.checkpoints / AVERAGE_DIR}: no snapshots (train with train.average_last > 1)")
@@ -56,20 +64,24 @@ def main() -> None:
     pairs = read_pairs_by_direction(paths.split_file(paths.clean, args.split))
     model, tokenizer = load_model(paths.final_model)
 
-    figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": params.evaluate.beam,
-                                  "threads": args.threads, "snapshots": len(snapshots)}
-    print(f"{args.run}: {len(snapshots)} snapshots, {args.split}, beam {params.evaluate.beam}, "
-          f"{args.threads} threads")
+    directions = args.directions or [str(d) for d in languages.directions.directions]
+    unknown = sorted(set(directions) - set(pairs))
+    if unknown:
+        sys.exit(f"--directions {' '.join(unknown)}: {args.split} has {' '.join(sorted(pairs))}")
+    figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
+                                  "length_penalty": decoding.length_penalty, "threads": args.threads,
+                                  "snapshots": len(snapshots)}
+    print(f"{args.run}: {len(snapshots)} snapshots, {args.split}, beam {decoding.beam}, "
+          f"length penalty {decoding.length_penalty}, {args.threads} threads")
     for k in wanted:
         weights, steps = average_snapshots(paths.checkpoints, k)
         model.load_state_dict(weights)
         start = time.perf_counter()
         row = {}
-        for direction in languages.directions.directions:
-            sources, refs = pairs[str(direction)][1:]
-            hyps = translate(model, tokenizer, languages.layout(str(direction)), sources, params.evaluate,
-                             progress_bar=False)
-            row[str(direction)] = score(hyps, refs)["bleu"]
+        for direction in directions:
+            sources, refs = pairs[direction][1:]
+            hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
+            row[direction] = score(hyps, refs)["bleu"]
         mean = sum(row.values()) / len(row)
         print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
               + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
