@@ -52,8 +52,8 @@ def main() -> None:
     paths = Paths(args.run)
     params = load(args.run / "params.yaml")
     decoding = params.evaluate
-    if args.length_penalty is not None:
-        decoding = decoding.model_copy(update={"length_penalty": args.length_penalty})
+    if args.length_penalty is not None:  # validated as params.yaml's value would be (model_copy does not validate)
+        decoding = type(decoding).model_validate({**decoding.model_dump(), "length_penalty": args.length_penalty})
     snapshots = sorted((paths.checkpoints / AVERAGE_DIR).glob("step-*.pt"))
     if not snapshots:
         sys.exit(f"{paths.checkpoints / AVERAGE_DIR}: no snapshots (train with train.average_last > 1)")
@@ -62,12 +62,12 @@ def main() -> None:
         sys.exit(f"--last {wanted[-1]}: {paths.checkpoints / AVERAGE_DIR} holds {len(snapshots)} snapshots")
     languages = ModelLanguages.read(paths.final_model)
     pairs = read_pairs_by_direction(paths.split_file(paths.clean, args.split))
-    model, tokenizer = load_model(paths.final_model)
-
     directions = args.directions or [str(d) for d in languages.directions.directions]
     unknown = sorted(set(directions) - set(pairs))
     if unknown:
         sys.exit(f"--directions {' '.join(unknown)}: {args.split} has {' '.join(sorted(pairs))}")
+    model, tokenizer = load_model(paths.final_model)
+
     figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
                                   "length_penalty": decoding.length_penalty, "threads": args.threads,
                                   "snapshots": len(snapshots)}
