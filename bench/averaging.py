@@ -32,7 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="project directory of a finished run")
     parser.add_argument("--last", type=int, nargs="+", default=[1, 5, 10, 20], help="K: average the last K")
-    parser.add_argument("--split", default="val", help="a split of DIR/data/clean (never the reported test set)")
+    parser.add_argument("--split", default="val", help="a split of DIR/data/clean: choose K on val; a test set only "
+                        "reports the K chosen (a run that kept more snapshots than its config averages)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--directions", nargs="+", help="only these directions (default: every one the model has)")
     parser.add_argument("--length-penalty", type=float, help="instead of DIR/params.yaml's evaluate.length_penalty")
@@ -41,7 +42,7 @@ def main() -> None:
 
     import torch
 
-    from pipeline.artifacts import Paths
+    from pipeline.artifacts import Paths, splits_in
     from pipeline.corpus import read_pairs_by_direction
     from pipeline.params import load
     from pipeline.runtime.model_languages import ModelLanguages
@@ -61,7 +62,10 @@ def main() -> None:
     if wanted[-1] > len(snapshots):
         sys.exit(f"--last {wanted[-1]}: {paths.checkpoints / AVERAGE_DIR} holds {len(snapshots)} snapshots")
     languages = ModelLanguages.read(paths.final_model)
-    pairs = read_pairs_by_direction(paths.split_file(paths.clean, args.split))
+    split_file = paths.split_file(paths.clean, args.split)
+    if not split_file.exists():
+        sys.exit(f"--split {args.split}: no {split_file} (the run has {' '.join(splits_in(paths.clean))})")
+    pairs = read_pairs_by_direction(split_file)
     directions = args.directions or [str(d) for d in languages.directions.directions]
     unknown = sorted(set(directions) - set(pairs))
     if unknown:
