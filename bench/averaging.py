@@ -11,7 +11,9 @@ K = train.average_last gives models/final's weights) is put into the model and e
 translated with the evaluate stage's beam search and settings (DIR/params.yaml's `evaluate:` block) and scored
 with sacreBLEU, as the evaluate stage scores it. A run of one `average_last` thus answers for every smaller K:
 averaging is not part of the training trajectory. `--length-penalty` decodes with another
-`evaluate.length_penalty` (the other decoding choice made on val); `--directions` scores only those. Last line:
+`evaluate.length_penalty` (the other decoding choice made on val); `--directions` scores only those;
+`--hyp-dir` also writes each translation as OUT/<split>.<direction>.last<K>.hyp.txt, one line a sentence as the
+evaluate stage's reports/eval/*.hyp.txt (for the lowercased Moses-tokenized figure, bench/README.md). Last line:
 one JSON object.
 """
 
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--directions", nargs="+", help="only these directions (default: every one the model has)")
     parser.add_argument("--length-penalty", type=float, help="instead of DIR/params.yaml's evaluate.length_penalty")
+    parser.add_argument("--hyp-dir", type=Path, help="also write the translations here, one file per K and direction")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -86,6 +89,10 @@ def main() -> None:
             sources, refs = pairs[direction][1:]
             hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
             row[direction] = score(hyps, refs)["bleu"]
+            if args.hyp_dir:
+                args.hyp_dir.mkdir(parents=True, exist_ok=True)
+                (args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt").write_text(
+                    "".join(f"{hyp}\n" for hyp in hyps), encoding="utf-8")
         mean = sum(row.values()) / len(row)
         print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
               + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
