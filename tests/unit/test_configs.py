@@ -88,7 +88,7 @@ def test_the_multilingual_config_changes_only_the_data_and_what_several_directio
     assert {k: v for k, v in multilingual["model"].items() if k != "dropout"} == \
         {k: v for k, v in bilingual["model"].items() if k != "dropout"}
     per_direction = {"valid_bleu_sentences", "direction_weights"}  # logged per direction; one direction is not sampled
-    own_val = {"average_last"}  # how many checkpoints to average: each config's val decides (the snapshots are free)
+    own_val = {"average_last"}  # checkpoints averaged: each config's val decides (they cost disk, not time)
     assert {k: v for k, v in multilingual["train"].items() if k not in per_direction | own_val} == \
         {k: v for k, v in bilingual["train"].items() if k not in per_direction | own_val}
 
