@@ -74,6 +74,8 @@ def main() -> None:
     if unknown:
         sys.exit(f"--directions {' '.join(unknown)}: {args.split} has {' '.join(sorted(pairs))}")
     model, tokenizer = load_model(paths.final_model)
+    if args.hyp_dir:
+        args.hyp_dir.mkdir(parents=True, exist_ok=True)
 
     figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
                                   "length_penalty": decoding.length_penalty, "threads": args.threads,
@@ -90,7 +92,6 @@ def main() -> None:
             hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
             row[direction] = score(hyps, refs)["bleu"]
             if args.hyp_dir:
-                args.hyp_dir.mkdir(parents=True, exist_ok=True)
                 (args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt").write_text(
                     "".join(f"{hyp}\n" for hyp in hyps), encoding="utf-8")
         mean = sum(row.values()) / len(row)

@@ -91,6 +91,7 @@ def test_the_multilingual_config_changes_only_the_data_and_what_several_directio
     own_val = {"average_last"}  # checkpoints averaged: each config's val decides (they cost disk, not time)
     assert {k: v for k, v in multilingual["train"].items() if k not in per_direction | own_val} == \
         {k: v for k, v in bilingual["train"].items() if k not in per_direction | own_val}
+    assert multilingual["train"]["average_last"] > 1 and bilingual["train"]["average_last"] > 1
 
 
 MULTI30K_DISTILL = REPO / "configs" / "multi30k-distill-cpu.yaml"
