@@ -50,6 +50,7 @@ def main() -> None:
     from pipeline.params import load
     from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import load_model, score, translate
+    from stages.evaluate.sentences import write_hypotheses
     from stages.train.checkpoint import AVERAGE_DIR, average_snapshots
 
     torch.set_num_threads(args.threads)
@@ -92,8 +93,7 @@ def main() -> None:
             hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
             row[direction] = score(hyps, refs)["bleu"]
             if args.hyp_dir:
-                (args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt").write_text(
-                    "".join(f"{hyp}\n" for hyp in hyps), encoding="utf-8")
+                write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
         mean = sum(row.values()) / len(row)
         print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
               + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")

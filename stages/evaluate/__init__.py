@@ -48,7 +48,13 @@ from pipeline.runtime.model_languages import DirectionLayout, ModelLanguages
 from stages.evaluate.report_html import html_report
 from stages.evaluate.report_markdown import markdown_report
 from stages.evaluate.results import AVERAGED, DirectionResult, eval_json
-from stages.evaluate.sentences import ScoredSentence, best_and_worst, score_sentences, write_sentence_table
+from stages.evaluate.sentences import (
+    ScoredSentence,
+    best_and_worst,
+    score_sentences,
+    write_hypotheses,
+    write_sentence_table,
+)
 
 log = logging.getLogger("mtpipe.evaluate")
 
@@ -206,8 +212,7 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
                                             params.evaluate)
                 if (split, str(direction)) in teacher:  # a student's: its teacher's scores beside its own
                     result.scores["teacher"] = teacher[split, str(direction)]
-                hyps = "".join(s.hyp + "\n" for s in result.sentences)
-                (out / f"{result.name}.hyp.txt").write_text(hyps, encoding="utf-8")
+                write_hypotheses(out / f"{result.name}.hyp.txt", [s.hyp for s in result.sentences])
                 write_sentence_table(out / f"{result.name}.sentences.tsv", result.sentences)
                 results.append(result)
         metrics = eval_json(results)

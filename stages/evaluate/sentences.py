@@ -42,6 +42,11 @@ def write_sentence_table(path: Path, rows: list[ScoredSentence]) -> None:
         writer.writerows((r.line, r.src, r.ref, r.hyp, f"{r.sentence_bleu:.2f}") for r in rows)
 
 
+def write_hypotheses(path: Path, hyps: list[str]) -> None:
+    """One translation a line, in test-set order: the file sacreBLEU and sacremoses read as `-i`/stdin."""
+    path.write_text("".join(f"{hyp}\n" for hyp in hyps), encoding="utf-8")
+
+
 def best_and_worst(rows: list[ScoredSentence], n: int) -> tuple[list[ScoredSentence], list[ScoredSentence]]:
     """The n highest and the n lowest by sentence BLEU, never one sentence in both (with fewer than 2n rows the
     better half are the best); ties go to the earlier line, so the report is stable, and when every sentence scores

@@ -1,0 +1,79 @@
+"""bench/averaging.py runs as bench/README.md prints it and reproduces the evaluate stage: averaging the last K
+snapshots with K = train.average_last translates exactly as models/final does, scored the stage's way, and a K
+or a split the run does not have exits naming what it has. The recipe figures in bench/README.md rest on this."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.artifacts import Paths
+from pipeline.corpus import read_pairs_by_direction
+from pipeline.params import parse
+from pipeline.runtime.model_languages import ModelLanguages
+from stages import tokenize, train
+from tests.conftest import REPO, write_clean_splits
+
+pytestmark = pytest.mark.e2e
+
+# A tiny model trained 60 updates, a snapshot every 20: models/final is the mean of updates 20, 40 and 60.
+PARAMS = {
+    "tokenize": {"vocab_size": 500},
+    "model": {"preset": "tiny", "d_model": 32, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
+              "attention_heads": 2},
+    "train": {"max_steps": 60, "valid_every": 30, "save_every": 20, "average_last": 3, "lr": 3e-3,
+              "warmup_steps": 10, "max_tokens": 1024, "threads": 1, "valid_bleu_sentences": 0, "precision": "fp32"},
+    "evaluate": {"beam": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("averaging-run")
+    write_clean_splits(root, {"train": 1500, "valid": 60, "test": 40})
+    params = parse(PARAMS)
+    tokenize.run(params, Paths(root))
+    train.run(params, Paths(root))
+    (root / "params.yaml").write_text(yaml.safe_dump(PARAMS), encoding="utf-8")
+    return root
+
+
+def averaging(run: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bench" / "averaging.py"), "--run", str(run), "--threads", "1",
+                           *args], capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": ""})
+
+
+def test_averaging_all_the_snapshots_gives_the_evaluate_stages_translations_and_bleu(run_dir, tmp_path):
+    from stages.evaluate import load_model, score, translate
+
+    result = averaging(run_dir, "--last", "1", "3", "--split", "test", "--hyp-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["snapshots"] == 3 and figures["split"] == "test" and figures["beam"] == 2
+    assert (figures["last_1"]["first_update"], figures["last_1"]["last_update"]) == (60, 60)
+    assert (figures["last_3"]["first_update"], figures["last_3"]["last_update"]) == (20, 60)
+
+    # What the evaluate stage does with models/final (the mean of the same three snapshots).
+    paths = Paths(run_dir)
+    model, tokenizer = load_model(paths.final_model)
+    layout = ModelLanguages.read(paths.final_model).layout("en-de")
+    sources, refs = read_pairs_by_direction(paths.split_file(paths.clean, "test"))["en-de"][1:]
+    hyps = translate(model, tokenizer, layout, sources, parse(PARAMS).evaluate, progress_bar=False)
+    assert (tmp_path / "test.en-de.last3.hyp.txt").read_text(encoding="utf-8") == "".join(f"{h}\n" for h in hyps)
+    assert figures["last_3"]["bleu"]["en-de"] == score(hyps, refs)["bleu"]
+    last_1 = (tmp_path / "test.en-de.last1.hyp.txt").read_text(encoding="utf-8").splitlines()
+    assert len(last_1) == len(sources)
+
+
+def test_a_k_beyond_the_snapshots_or_an_unknown_split_exits_naming_what_the_run_has(run_dir):
+    too_many = averaging(run_dir, "--last", "4")
+    assert too_many.returncode != 0 and "--last 4" in too_many.stderr and "holds 3 snapshots" in too_many.stderr
+    unknown = averaging(run_dir, "--last", "1", "--split", "test_2017_flickr")
+    assert unknown.returncode != 0 and "--split test_2017_flickr" in unknown.stderr
+    assert "test" in unknown.stderr.split("the run has", 1)[1] and "Traceback" not in unknown.stderr
