@@ -25,12 +25,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="project directory of a finished run")
     parser.add_argument("--last", type=int, nargs="+", default=[1, 5, 10, 20], help="K: average the last K")
@@ -40,40 +41,66 @@ def main() -> None:
     parser.add_argument("--directions", nargs="+", help="only these directions (default: every one the model has)")
     parser.add_argument("--length-penalty", type=float, help="instead of DIR/params.yaml's evaluate.length_penalty")
     parser.add_argument("--hyp-dir", type=Path, help="also write the translations here, one file per K and direction")
-    args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return parser.parse_args()
 
-    import torch
 
-    from pipeline.artifacts import Paths, splits_in
-    from pipeline.corpus import read_pairs_by_direction
+def decoding_of(args: argparse.Namespace) -> Any:
+    """DIR/params.yaml's `evaluate:` block, with --length-penalty in place of its own where given."""
     from pipeline.params import load
-    from pipeline.runtime.model_languages import ModelLanguages
-    from stages.evaluate import load_model, score, translate
-    from stages.evaluate.sentences import write_hypotheses
-    from stages.train.checkpoint import AVERAGE_DIR, average_snapshots
 
-    torch.set_num_threads(args.threads)
-    paths = Paths(args.run)
-    params = load(args.run / "params.yaml")
-    decoding = params.evaluate
+    decoding = load(args.run / "params.yaml").evaluate
     if args.length_penalty is not None:  # validated as params.yaml's value would be (model_copy does not validate)
         decoding = type(decoding).model_validate({**decoding.model_dump(), "length_penalty": args.length_penalty})
+    return decoding
+
+
+def checked_snapshots(paths: Any, wanted: list[int]) -> list[Path]:
+    """The run's snapshots, or an exit naming how many it has when the largest K asks for more."""
+    from stages.train.checkpoint import AVERAGE_DIR
+
     snapshots = sorted((paths.checkpoints / AVERAGE_DIR).glob("step-*.pt"))
     if not snapshots:
         sys.exit(f"{paths.checkpoints / AVERAGE_DIR}: no snapshots (train with train.average_last > 1)")
-    wanted = sorted(set(args.last))
     if wanted[-1] > len(snapshots):
         sys.exit(f"--last {wanted[-1]}: {paths.checkpoints / AVERAGE_DIR} holds {len(snapshots)} snapshots")
-    languages = ModelLanguages.read(paths.final_model)
+    return snapshots
+
+
+def split_pairs(paths: Any, args: argparse.Namespace, model_directions: list[str]) -> tuple[dict, list[str]]:
+    """The split's pairs by direction and the directions to score, or an exit naming what the run has."""
+    from pipeline.artifacts import splits_in
+    from pipeline.corpus import read_pairs_by_direction
+
     split_file = paths.split_file(paths.clean, args.split)
     if not split_file.exists():
         sys.exit(f"--split {args.split}: no {split_file} (the run has {' '.join(splits_in(paths.clean))})")
     pairs = read_pairs_by_direction(split_file)
-    directions = args.directions or [str(d) for d in languages.directions.directions]
+    directions = args.directions or model_directions
     unknown = sorted(set(directions) - set(pairs))
     if unknown:
         sys.exit(f"--directions {' '.join(unknown)}: {args.split} has {' '.join(sorted(pairs))}")
+    return pairs, directions
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+
+    from pipeline.artifacts import Paths
+    from pipeline.runtime.model_languages import ModelLanguages
+    from stages.evaluate import load_model, score, translate
+    from stages.evaluate.sentences import write_hypotheses
+    from stages.train.checkpoint import average_snapshots
+
+    torch.set_num_threads(args.threads)
+    paths = Paths(args.run)
+    decoding = decoding_of(args)
+    wanted = sorted(set(args.last))
+    snapshots = checked_snapshots(paths, wanted)
+    languages = ModelLanguages.read(paths.final_model)
+    pairs, directions = split_pairs(paths, args, [str(d) for d in languages.directions.directions])
     model, tokenizer = load_model(paths.final_model)
     if args.hyp_dir:
         args.hyp_dir.mkdir(parents=True, exist_ok=True)
