@@ -25,10 +25,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+if TYPE_CHECKING:  # the bench imports the project lazily, after its arguments are parsed
+    from pipeline.artifacts import Paths
+    from pipeline.params import EvaluateParams
 
 
 def parse_args() -> argparse.Namespace:
@@ -44,7 +48,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def decoding_of(args: argparse.Namespace) -> Any:
+def decoding_of(args: argparse.Namespace) -> EvaluateParams:
     """DIR/params.yaml's `evaluate:` block, with --length-penalty in place of its own where given."""
     from pipeline.params import load
 
@@ -54,7 +58,7 @@ def decoding_of(args: argparse.Namespace) -> Any:
     return decoding
 
 
-def checked_snapshots(paths: Any, wanted: list[int]) -> list[Path]:
+def checked_snapshots(paths: Paths, wanted: list[int]) -> list[Path]:
     """The run's snapshots, or an exit naming how many it has when the largest K asks for more."""
     from stages.train.checkpoint import AVERAGE_DIR
 
@@ -66,7 +70,7 @@ def checked_snapshots(paths: Any, wanted: list[int]) -> list[Path]:
     return snapshots
 
 
-def split_pairs(paths: Any, args: argparse.Namespace, model_directions: list[str]) -> tuple[dict, list[str]]:
+def split_pairs(paths: Paths, args: argparse.Namespace, model_directions: list[str]) -> tuple[dict, list[str]]:
     """The split's pairs by direction and the directions to score, or an exit naming what the run has."""
     from pipeline.artifacts import splits_in
     from pipeline.corpus import read_pairs_by_direction
