@@ -1,7 +1,7 @@
 """Benchmark: how many checkpoints to average, chosen on a split that is not the test set.
 
     .venv/bin/python bench/averaging.py --run DIR [--last 1 5 10 20] [--split val] [--threads 2]
-        [--directions en-de] [--length-penalty 1.3]
+        [--directions en-de] [--length-penalty 1.3] [--beam 6]
 
 DIR is a project directory after `dvc repro` (or `dvc repro evaluate`) with `train.average_last` at least the
 largest K asked for: its models/checkpoints/average/ holds the weights of the last updates (one every
@@ -10,8 +10,8 @@ pairs. For each K, the element-wise mean of the last K snapshots (the training s
 K = train.average_last gives models/final's weights) is put into the model and every direction of the split is
 translated with the evaluate stage's beam search and settings (DIR/params.yaml's `evaluate:` block) and scored
 with sacreBLEU, as the evaluate stage scores it. A run of one `average_last` thus answers for every smaller K:
-averaging is not part of the training trajectory. `--length-penalty` decodes with another
-`evaluate.length_penalty` (the other decoding choice made on val); `--directions` scores only those;
+averaging is not part of the training trajectory. `--length-penalty` and `--beam` decode with another
+`evaluate.length_penalty` or `evaluate.beam` (the decoding choices, made on val too); `--directions` scores only those;
 `--hyp-dir` also writes each translation as OUT/<split>.<direction>.last<K>.hyp.txt, one line a sentence as the
 evaluate stage's reports/eval/*.hyp.txt (for the lowercased Moses-tokenized figure, bench/README.md). Last line:
 one JSON object.
@@ -44,18 +44,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--directions", nargs="+", help="only these directions (default: every one the model has)")
     parser.add_argument("--length-penalty", type=float, help="instead of DIR/params.yaml's evaluate.length_penalty")
+    parser.add_argument("--beam", type=int, help="instead of DIR/params.yaml's evaluate.beam")
     parser.add_argument("--hyp-dir", type=Path, help="also write the translations here, one file per K and direction")
     return parser.parse_args()
 
 
 def decoding_of(args: argparse.Namespace) -> EvaluateParams:
-    """DIR/params.yaml's `evaluate:` block, with --length-penalty in place of its own where given."""
+    """DIR/params.yaml's `evaluate:` block, with --length-penalty and --beam in place of its own where given."""
     from pipeline.params import load
 
     decoding = load(args.run / "params.yaml").evaluate
-    if args.length_penalty is not None:  # validated as params.yaml's value would be (model_copy does not validate)
-        decoding = type(decoding).model_validate({**decoding.model_dump(), "length_penalty": args.length_penalty})
-    return decoding
+    given = {name: value for name, value in (("length_penalty", args.length_penalty), ("beam", args.beam))
+             if value is not None}
+    try:  # validated as params.yaml's values would be (model_copy does not validate)
+        return type(decoding).model_validate({**decoding.model_dump(), **given})
+    except ValueError as error:  # pydantic's ValidationError: name the option, not the traceback
+        sys.exit(f"--{' --'.join(name.replace('_', '-') for name in given)}: {error}")
 
 
 def checked_snapshots(paths: Paths, wanted: list[int]) -> list[Path]:

@@ -85,3 +85,24 @@ def test_a_k_beyond_the_snapshots_or_an_unknown_split_exits_naming_what_the_run_
     unknown = averaging(run_dir, "--last", "1", "--split", "test_2017_flickr")
     assert unknown.returncode != 0 and "--split test_2017_flickr" in unknown.stderr
     assert "test" in unknown.stderr.split("the run has", 1)[1] and "Traceback" not in unknown.stderr
+
+
+def test_beam_and_length_penalty_options_decode_as_the_stage_would_with_those_settings(run_dir, tmp_path):
+    from stages.evaluate import load_model, translate
+
+    result = averaging(run_dir, "--last", "3", "--split", "test", "--beam", "1", "--length-penalty", "0.5",
+                       "--hyp-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (figures["beam"], figures["length_penalty"]) == (1, 0.5)
+    paths = Paths(run_dir)
+    model, tokenizer = load_model(paths.final_model)
+    layout = ModelLanguages.read(paths.final_model).layout("en-de")
+    sources = read_pairs_by_direction(paths.split_file(paths.clean, "test"))["en-de"][1]
+    greedy = parse({**PARAMS, "evaluate": {"beam": 1, "length_penalty": 0.5}}).evaluate
+    hyps = translate(model, tokenizer, layout, sources, greedy, progress_bar=False)
+    assert (tmp_path / "test.en-de.last3.hyp.txt").read_text(encoding="utf-8") == "".join(f"{h}\n" for h in hyps)
+    assert hyps != translate(model, tokenizer, layout, sources, parse(PARAMS).evaluate, progress_bar=False)
+
+    invalid = averaging(run_dir, "--last", "1", "--beam", "0")
+    assert invalid.returncode != 0 and "--beam" in invalid.stderr and "Traceback" not in invalid.stderr
