@@ -25,7 +25,10 @@ CRITICAL = {"critical": True}
 WARNING = {"critical": False}
 
 
-def _sides(direction: Direction) -> tuple[tuple[str, str], tuple[str, str]]:
+Sides = tuple[tuple[str, str], tuple[str, str]]  # (column prefix, language) of the source, then the target
+
+
+def _sides(direction: Direction) -> Sides:
     """(column prefix, language) of each side of a pair."""
     return ("src", direction.src), ("tgt", direction.tgt)
 
@@ -53,14 +56,21 @@ def train_expectations(params: Params, direction: Direction, min_rows: int) -> l
 
     if not is_listed(params, direction):
         return [direction_expectation(params)]
-    expect, clean, mostly = gx.expectations, params.clean, params.validate_.mostly
-    sides = _sides(direction)
-    expectations = [
+    expect, sides = gx.expectations, _sides(direction)
+    return [
         expect.ExpectTableRowCountToBeBetween(min_value=min_rows, meta=CRITICAL),
         direction_expectation(params),
+        *_length_expectations(expect, params, sides),
+        *_flag_expectations(expect, params),
+        *_share_expectations(expect, params, sides),
     ]
+
+
+def _length_expectations(expect: Any, params: Params, sides: Sides) -> list[Any]:
+    """Each side's characters and words within clean's bounds, and the length ratio within its maximum."""
+    clean, mostly = params.clean, params.validate_.mostly
     # Not null: the length of a null side is null.
-    expectations += [expect.ExpectColumnValuesToNotBeNull(column=f"{side}_chars", meta=CRITICAL) for side, _ in sides]
+    expectations = [expect.ExpectColumnValuesToNotBeNull(column=f"{side}_chars", meta=CRITICAL) for side, _ in sides]
     bounds = {"chars": (clean.min_chars, clean.max_chars), "words": (clean.min_words, clean.max_words)}
     expectations += [
         expect.ExpectColumnValuesToBeBetween(
@@ -69,10 +79,16 @@ def train_expectations(params: Params, direction: Direction, min_rows: int) -> l
         for unit, (low, high) in bounds.items()
         for side, _ in sides
     ]
-    expectations += [
-        expect.ExpectColumnValuesToBeBetween(
-            column="length_ratio", max_value=clean.max_length_ratio, mostly=mostly, meta=CRITICAL
-        ),
+    expectations.append(expect.ExpectColumnValuesToBeBetween(
+        column="length_ratio", max_value=clean.max_length_ratio, mostly=mostly, meta=CRITICAL
+    ))
+    return expectations
+
+
+def _flag_expectations(expect: Any, params: Params) -> list[Any]:
+    """No row flagged as a copy, a duplicate, with control characters or with markup."""
+    clean = params.clean
+    return [
         # With clean.reject_copies off, copies are expected; they are still reported.
         expect.ExpectColumnValuesToBeInSet(column="is_copy", value_set=[False], meta={"critical": clean.reject_copies}),
         # Without deduplication in the clean stage duplicates are expected; they are still reported.
@@ -82,6 +98,12 @@ def train_expectations(params: Params, direction: Direction, min_rows: int) -> l
         expect.ExpectColumnValuesToBeInSet(column="has_control", value_set=[False], meta=CRITICAL),
         expect.ExpectColumnValuesToBeInSet(column="has_html", value_set=[False], meta=WARNING),
     ]
+
+
+def _share_expectations(expect: Any, params: Params, sides: Sides) -> list[Any]:
+    """Letter and script shares above clean's minimums, and the sampled sides in their language, where switched on."""
+    clean, mostly = params.clean, params.validate_.mostly
+    expectations = []
     if clean.min_letter_share > 0:
         expectations += [
             expect.ExpectColumnValuesToBeBetween(
