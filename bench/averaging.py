@@ -51,6 +51,8 @@ def parse_args() -> argparse.Namespace:
 
 def decoding_of(args: argparse.Namespace) -> EvaluateParams:
     """DIR/params.yaml's `evaluate:` block, with --length-penalty and --beam in place of its own where given."""
+    from pydantic import ValidationError
+
     from pipeline.params import load
 
     decoding = load(args.run / "params.yaml").evaluate
@@ -58,8 +60,8 @@ def decoding_of(args: argparse.Namespace) -> EvaluateParams:
              if value is not None}
     try:  # validated as params.yaml's values would be (model_copy does not validate)
         return type(decoding).model_validate({**decoding.model_dump(), **given})
-    except ValueError as error:  # pydantic's ValidationError: name the option, not the traceback
-        sys.exit(f"--{' --'.join(name.replace('_', '-') for name in given)}: {error}")
+    except ValidationError as error:  # name the option at fault and its value, not a traceback
+        sys.exit("; ".join(f"--{str(e['loc'][0]).replace('_', '-')} {e['input']}: {e['msg']}" for e in error.errors()))
 
 
 def checked_snapshots(paths: Paths, wanted: list[int]) -> list[Path]:

@@ -45,6 +45,26 @@ def run_dir(tmp_path_factory) -> Path:
     return root
 
 
+def stage_translations(run: Path, decoding: dict | None = None, last: int | None = None) -> tuple[list[str], list[str]]:
+    """The evaluate stage's translations of the run's test split and their references: with models/final's
+    weights, or the last `last` snapshots averaged; with PARAMS' decoding, or `decoding` in its place."""
+    from stages.evaluate import load_model, translate
+    from stages.train.checkpoint import average_snapshots
+
+    paths = Paths(run)
+    model, tokenizer = load_model(paths.final_model)
+    if last is not None:
+        model.load_state_dict(average_snapshots(paths.checkpoints, last)[0])
+    layout = ModelLanguages.read(paths.final_model).layout("en-de")
+    sources, refs = read_pairs_by_direction(paths.split_file(paths.clean, "test"))["en-de"][1:]
+    settings = parse({**PARAMS, "evaluate": decoding or PARAMS["evaluate"]}).evaluate
+    return translate(model, tokenizer, layout, sources, settings, progress_bar=False), refs
+
+
+def lines(hyps: list[str]) -> str:
+    return "".join(f"{h}\n" for h in hyps)
+
+
 def averaging(run: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "bench" / "averaging.py"), "--run", str(run), "--threads", "1",
                            *args], capture_output=True, text=True, timeout=600, cwd=REPO,
@@ -52,7 +72,7 @@ def averaging(run: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_averaging_all_the_snapshots_gives_the_evaluate_stages_translations_and_bleu(run_dir, tmp_path):
-    from stages.evaluate import load_model, score, translate
+    from stages.evaluate import score
 
     result = averaging(run_dir, "--last", "1", "3", "--split", "test", "--hyp-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -62,19 +82,12 @@ def test_averaging_all_the_snapshots_gives_the_evaluate_stages_translations_and_
     assert (figures["last_3"]["first_update"], figures["last_3"]["last_update"]) == (100, 300)
 
     # What the evaluate stage does with models/final (the mean of the same three snapshots).
-    paths = Paths(run_dir)
-    model, tokenizer = load_model(paths.final_model)
-    layout = ModelLanguages.read(paths.final_model).layout("en-de")
-    sources, refs = read_pairs_by_direction(paths.split_file(paths.clean, "test"))["en-de"][1:]
-    hyps = translate(model, tokenizer, layout, sources, parse(PARAMS).evaluate, progress_bar=False)
-    assert (tmp_path / "test.en-de.last3.hyp.txt").read_text(encoding="utf-8") == "".join(f"{h}\n" for h in hyps)
+    hyps, refs = stage_translations(run_dir)
+    assert (tmp_path / "test.en-de.last3.hyp.txt").read_text(encoding="utf-8") == lines(hyps)
     assert figures["last_3"]["bleu"]["en-de"] == score(hyps, refs)["bleu"]
     # --last 1 is update 300's weights alone, and translates otherwise than the average.
-    from stages.train.checkpoint import average_snapshots
-
-    model.load_state_dict(average_snapshots(paths.checkpoints, 1)[0])
-    hyps = translate(model, tokenizer, layout, sources, parse(PARAMS).evaluate, progress_bar=False)
-    assert (tmp_path / "test.en-de.last1.hyp.txt").read_text(encoding="utf-8") == "".join(f"{h}\n" for h in hyps)
+    hyps, refs = stage_translations(run_dir, last=1)
+    assert (tmp_path / "test.en-de.last1.hyp.txt").read_text(encoding="utf-8") == lines(hyps)
     assert figures["last_1"]["bleu"]["en-de"] == score(hyps, refs)["bleu"]
     assert (tmp_path / "test.en-de.last1.hyp.txt").read_bytes() != (tmp_path / "test.en-de.last3.hyp.txt").read_bytes()
 
@@ -88,21 +101,15 @@ def test_a_k_beyond_the_snapshots_or_an_unknown_split_exits_naming_what_the_run_
 
 
 def test_beam_and_length_penalty_options_decode_as_the_stage_would_with_those_settings(run_dir, tmp_path):
-    from stages.evaluate import load_model, translate
-
     result = averaging(run_dir, "--last", "3", "--split", "test", "--beam", "1", "--length-penalty", "0.5",
                        "--hyp-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert (figures["beam"], figures["length_penalty"]) == (1, 0.5)
-    paths = Paths(run_dir)
-    model, tokenizer = load_model(paths.final_model)
-    layout = ModelLanguages.read(paths.final_model).layout("en-de")
-    sources = read_pairs_by_direction(paths.split_file(paths.clean, "test"))["en-de"][1]
-    greedy = parse({**PARAMS, "evaluate": {"beam": 1, "length_penalty": 0.5}}).evaluate
-    hyps = translate(model, tokenizer, layout, sources, greedy, progress_bar=False)
-    assert (tmp_path / "test.en-de.last3.hyp.txt").read_text(encoding="utf-8") == "".join(f"{h}\n" for h in hyps)
-    assert hyps != translate(model, tokenizer, layout, sources, parse(PARAMS).evaluate, progress_bar=False)
+    greedy, _ = stage_translations(run_dir, {"beam": 1, "length_penalty": 0.5})
+    assert (tmp_path / "test.en-de.last3.hyp.txt").read_text(encoding="utf-8") == lines(greedy)
+    assert greedy != stage_translations(run_dir)[0]
 
-    invalid = averaging(run_dir, "--last", "1", "--beam", "0")
-    assert invalid.returncode != 0 and "--beam" in invalid.stderr and "Traceback" not in invalid.stderr
+    invalid = averaging(run_dir, "--last", "1", "--beam", "0", "--length-penalty", "1.3")
+    assert invalid.returncode != 0 and "--beam 0" in invalid.stderr and "Traceback" not in invalid.stderr
+    assert "--length-penalty" not in invalid.stderr, "only the option at fault is named"
