@@ -383,11 +383,26 @@ class TokenizeParams(_Section):
 # sentence, deeper than the one narrow decoder layer, run once per token and beam (the browsermt/Firefox students'
 # shape). Three encoder layers, not six: post-norm Marian with six did not train at the teacher's lr (bench/README.md).
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1),
-    "cpu-ref": dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1),
-    "base": dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1),
-    "big": dict(d_model=1024, encoder_layers=6, decoder_layers=6, attention_heads=16, ffn_dim=4096, dropout=0.3),
-    "student": dict(d_model=192, encoder_layers=3, decoder_layers=1, attention_heads=4, ffn_dim=768, dropout=0.1),
+    "tiny": dict(
+        d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1,
+        attention_dropout=0.0, activation_dropout=0.0,
+    ),
+    "cpu-ref": dict(
+        d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1,
+        attention_dropout=0.0, activation_dropout=0.0,
+    ),
+    "base": dict(
+        d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1,
+        attention_dropout=0.0, activation_dropout=0.0,
+    ),
+    "big": dict(
+        d_model=1024, encoder_layers=6, decoder_layers=6, attention_heads=16, ffn_dim=4096, dropout=0.3,
+        attention_dropout=0.0, activation_dropout=0.0,
+    ),
+    "student": dict(
+        d_model=192, encoder_layers=3, decoder_layers=1, attention_heads=4, ffn_dim=768, dropout=0.1,
+        attention_dropout=0.0, activation_dropout=0.0,
+    ),
 }
 
 
@@ -412,7 +427,11 @@ class ModelParams(_Section):
     decoder_layers: Annotated[int, Field(ge=1)] | None = None
     attention_heads: Annotated[int, Field(ge=1)] | None = None
     ffn_dim: Annotated[int, Field(ge=8)] | None = None
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None  # residual and embedding outputs
+    # Dropout on the attention weights (after the softmax) and on the FFN's hidden activations (fairseq's
+    # --attention-dropout and --activation-dropout); 0 in every preset, as in Vaswani et al.
+    attention_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    activation_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     tie_embeddings: bool = True
     max_positions: int = Field(512, ge=16)
     # init: pretrained: ISO code -> the checkpoint's own language code, where the built-in map

@@ -134,6 +134,12 @@ def _tags(pairs: Directions) -> str:
     return f"; each source starts with its target's tag ({', '.join(pairs.tags)})" if pairs.target_tags else ""
 
 
+def _extra_dropout(arch: dict[str, Any]) -> str:
+    """The attention and activation dropout where set (no preset sets them)."""
+    extra = [f"{kind} {arch[f'{kind}_dropout']}" for kind in ("attention", "activation") if arch[f"{kind}_dropout"]]
+    return f" ({', '.join(extra)})" if extra else ""
+
+
 def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
     """A model trained from scratch: the preset with its overrides, and the project's own SentencePiece model."""
     p, config, directions = card.params, card.model_config, card.languages.directions
@@ -141,7 +147,7 @@ def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
     return [
         ("architecture", f"Marian transformer, preset `{p.model.preset}`: d_model {arch['d_model']}, "
                          f"{arch['encoder_layers']}+{arch['decoder_layers']} layers, {arch['attention_heads']} heads, "
-                         f"FFN {arch['ffn_dim']}, dropout {arch['dropout']}"),
+                         f"FFN {arch['ffn_dim']}, dropout {arch['dropout']}{_extra_dropout(arch)}"),
         ("parameters", f"{card.training.parameters:,}" if card.training.parameters else "n/a"),
         ("vocabulary", f"{config.get('vocab_size')} pieces, SentencePiece {p.tokenize.model_type}"
                        f"{_shared_vocabulary(directions) if p.tokenize.joint else ', one model per language'}"

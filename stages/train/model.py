@@ -70,8 +70,8 @@ def marian_config(model: Any, vocab_size: int, pad_id: int, eos_id: int, joint_v
         encoder_ffn_dim=arch["ffn_dim"],
         decoder_ffn_dim=arch["ffn_dim"],
         dropout=arch["dropout"],
-        attention_dropout=0.0,
-        activation_dropout=0.0,
+        attention_dropout=arch.get("attention_dropout", 0.0),  # a spec saved before these existed has neither
+        activation_dropout=arch.get("activation_dropout", 0.0),
         activation_function="relu",
         max_position_embeddings=model["max_positions"],
         scale_embedding=True,

@@ -55,3 +55,29 @@ def test_the_saved_model_does_not_record_the_training_kernel(tmp_path):
     training_attention(model, torch.device("cpu"))
     model.save_pretrained(tmp_path)
     assert not [key for key in json.loads((tmp_path / "config.json").read_text()) if "attn" in key]
+
+
+def test_attention_and_activation_dropout_reach_the_model_and_drop_under_the_cpu_dropout():
+    from pipeline.params import parse
+    from stages.train.dropout import training_dropout
+    from stages.train.model import build_model
+
+    def model_with(**fields: float) -> MarianMTModel:
+        spec = parse({"model": {"preset": "tiny", "dropout": 0.0, **fields}}).model
+        model = build_model(spec, vocab_size=64, pad_id=1, eos_id=2)
+        training_attention(model, torch.device("cpu"))
+        return model.train()
+
+    def two_training_losses(model: MarianMTModel) -> tuple[float, float]:
+        with training_dropout(torch.device("cpu")):
+            return loss_and_grads(model)[0].item(), loss_and_grads(model)[0].item()
+
+    plain = model_with()
+    assert plain.config.attention_dropout == 0.0 and plain.config.activation_dropout == 0.0
+    first, second = two_training_losses(plain)
+    assert first == second  # no dropout anywhere: training forwards repeat
+    for field in ("attention_dropout", "activation_dropout"):
+        model = model_with(**{field: 0.3})
+        assert getattr(model.config, field) == 0.3
+        first, second = two_training_losses(model)
+        assert first != second, f"{field} drew no masks"
