@@ -130,7 +130,7 @@ def time_encodings(sp, model: Path, parquet: Path, out: Path, repeats: int, thre
         sp.encode(tgt, num_threads=threads)
         raw_s.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        stats = encode_split(side_by_side(encoders), parquet, out / "train", "uint16", sp.piece_to_id("<unk>"),
+        stats = encode_split([side_by_side(encoders)], parquet, out / "train", "uint16", sp.piece_to_id("<unk>"),
                              10**6, False, direction)
         stage_s.append(time.perf_counter() - t0)
     return Encodings(raw_s, stage_s, stats["src_tokens"]["mean"])

@@ -376,6 +376,20 @@ class TokenizeParams(_Section):
     # Several languages: SentencePiece trains on a sample of input_sentence_size sentences drawn per language in
     # shares p ∝ n ** (1 / T) (seeded), so a small language still gets its pieces; 1 = in proportion to the data.
     temperature: float = Field(5.0, ge=1.0)
+    # Subword regularization (Kudo 2018) for small corpora: the training pairs are written again this many times
+    # after their one-best encoding, each copy in segmentations drawn from the unigram model's sampling_nbest best
+    # with probability ∝ P(x) ** sampling_alpha (stages/tokenize/subword_sampling.py); 0 = off. An epoch of the
+    # trainer is a pass over every copy.
+    sampled_copies: int = Field(0, ge=0, le=100)
+    sampling_nbest: int = Field(64, ge=2, le=1024)
+    sampling_alpha: float = Field(0.1, gt=0.0, le=10.0)
+
+    @model_validator(mode="after")
+    def _sampling_needs_unigram(self) -> TokenizeParams:
+        if self.sampled_copies and self.model_type != "unigram":
+            raise ValueError("tokenize.sampled_copies draws from a unigram model's n-best segmentations: set "
+                             "tokenize.model_type: unigram, or tokenize.sampled_copies: 0")
+        return self
 
 
 # Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017;
@@ -723,6 +737,14 @@ class Params(_Section):
                 f"data.directions {self.data.directions.names} languages appear on either side: use "
                 "tokenize.joint: true"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _sampling_needs_a_trained_tokenizer(self) -> Params:
+        if self.tokenize.sampled_copies and self.model.init == "pretrained":
+            raise ValueError("tokenize.sampled_copies samples the SentencePiece model this pipeline trains; with "
+                             "model.init: pretrained the checkpoint's own tokenizer encodes the data: set "
+                             "tokenize.sampled_copies: 0")
         return self
 
     @model_validator(mode="after")

@@ -54,6 +54,7 @@ from pipeline.token_arrays import (
     write_row_directions,
 )
 from stages.tokenize.sample import DIRECTION_COLUMNS, balanced_sample, row_directions
+from stages.tokenize.subword_sampling import Segmenter, nbest_segmenter
 
 log = logging.getLogger("mtpipe.tokenize")
 
@@ -183,13 +184,18 @@ def frame(flat: np.ndarray, lengths: np.ndarray, eos_id: int,
 
 
 def spm_encoder(model_file: Path, eos_id: int, threads: int, tag_ids: np.ndarray | None = None) -> Encoder:
-    """Encode with SentencePiece; with `tag_ids` (one per direction) each sequence starts with its row's tag."""
+    """Encode with SentencePiece's one best; with `tag_ids` (one per direction) each sequence starts with its row's
+    tag."""
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    return framed(lambda texts: flatten(sp.encode(texts, num_threads=threads)), eos_id, tag_ids)
 
+
+def framed(segment: Segmenter, eos_id: int, tag_ids: np.ndarray | None = None) -> Encoder:
+    """An Encoder from a Segmenter: each segmentation followed by </s>, after its row's tag when tagged."""
     def encode(texts: list[str], direction_of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        flat, lengths = flatten(sp.encode(texts, num_threads=threads))
+        flat, lengths = segment(texts)
         return frame(flat, lengths, eos_id, None if tag_ids is None else tag_ids[direction_of_rows])
 
     return encode
@@ -293,17 +299,19 @@ def scratch_languages(vocab: dict[str, int], directions: Directions) -> ModelLan
 
 
 def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
-                      directions: Directions) -> tuple[dict[str, Any], PairEncoder, dict[str, Any]]:
+                      directions: Directions) -> tuple[dict[str, Any], list[PairEncoder], dict[str, Any]]:
     """Train SentencePiece (joint or one model a side) on the training pairs; save the HF tokenizer beside it.
-    Also returns the per-language figures of the balanced sample (empty with one direction)."""
+    Returns the meta, the training split's encodings (the one best, then `tokenize.sampled_copies` sampled ones:
+    stages/tokenize/subword_sampling.py; every other split takes the first) and the per-language figures of the
+    balanced sample (empty with one direction)."""
     threads = os.cpu_count() or 1  # encoding output does not depend on the thread count; training does
+    tok = params.tokenize
     sample: dict[str, Any] = {}
     if len(directions.directions) > 1:
-        tok = params.tokenize
         sentences, sample = balanced_sample(train_file, directions, tok.input_sentence_size, tok.temperature,
                                             tok.seed)
         src_spm = tgt_spm = train_spm(params, sentences, out_dir / "spm.model", directions.tags)
-    elif params.tokenize.joint:
+    elif tok.joint:
         src_spm = tgt_spm = train_spm(params, sentences_of(train_file, SIDES), out_dir / "spm.model")
     else:
         src_spm = train_spm(params, sentences_of(train_file, ("src",)), out_dir / "spm.src.model")
@@ -312,10 +320,15 @@ def trained_tokenizer(params: Params, train_file: Path, out_dir: Path,
     write_hf_tokenizer(src_spm, tgt_spm, out_dir / TOKENIZER_DIR, scratch_languages(vocab, directions))
     # Separate models are trained to exactly vocab_size pieces, so both sides share the size and the <pad> id.
     meta = {"vocab_size": len(vocab), "pad_id": vocab[PAD], "eos_id": vocab[EOS], "unk_id": vocab[UNK],
-            "tokenizer": "sentencepiece", "joint": params.tokenize.joint}
-    encoders = {"src": spm_encoder(src_spm, vocab[EOS], threads, _tag_ids(vocab, directions)),
-                "tgt": spm_encoder(tgt_spm, vocab[EOS], threads)}
-    return meta, side_by_side(encoders), sample
+            "tokenizer": "sentencepiece", "joint": tok.joint}
+    eos, tag_ids = vocab[EOS], _tag_ids(vocab, directions)
+    encodings = [side_by_side({"src": spm_encoder(src_spm, eos, threads, tag_ids),
+                               "tgt": spm_encoder(tgt_spm, eos, threads)})]
+    for copy in range(1, tok.sampled_copies + 1):
+        src, tgt = (nbest_segmenter(model, tok.sampling_nbest, tok.sampling_alpha, [tok.seed, copy, side])
+                    for side, model in enumerate((src_spm, tgt_spm)))
+        encodings.append(side_by_side({"src": framed(src, eos, tag_ids), "tgt": framed(tgt, eos)}))
+    return meta, encodings, sample
 
 
 def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
@@ -327,12 +340,14 @@ def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
 
 
 def encode_split(
-    encode_pairs: PairEncoder, parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool,
+    encodings: list[PairEncoder], parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool,
     directions: Directions,
 ) -> dict[str, Any]:
     """Encode one split, streaming over Parquet batches, every pair in its row's direction (with the special ids
     the tokenizer adds: </s>, tags, language codes). Writes the token arrays and each row's direction
-    (`<split>.dir.npy`); a row of a direction the model does not have is an error.
+    (`<split>.dir.npy`); a row of a direction the model does not have is an error. With several `encodings` (the
+    training split's sampled copies) the split is written once per encoding, one after the other: row i of the
+    first pass is the split's row i.
 
     Pairs with a side longer than `max_len` tokens are counted; with `drop` they are left out of the arrays.
     """
@@ -341,26 +356,28 @@ def encode_split(
     writers = {side: TokenArrayWriter(prefix.parent / f"{prefix.name}.{side}", np.dtype(dtype)) for side in SIDES}
     lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
     kept_directions: list[np.ndarray] = []
-    unknown = total = overlong = rows_read = 0
+    unknown = total = overlong = 0
     # disable=None: a bar on a terminal only; a log file (DVC, CI, Prefect) gets none of its redraws.
-    progress = tqdm(total=count_rows(parquet), desc=f"encode {parquet.stem}", unit="pairs", unit_scale=True,
-                    mininterval=2, disable=None)
-    for batch in iter_pair_batches(parquet, [*SIDES, *DIRECTION_COLUMNS]):
-        progress.update(len(batch))
-        row_dirs = row_directions(batch, directions.names, parquet, rows_read)
-        rows_read += len(batch)
-        encoded = encode_pairs(batch.column("src").to_pylist(), batch.column("tgt").to_pylist(), row_dirs)
-        too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
-        overlong += int(too_long.sum())
-        kept_directions.append(row_dirs[~too_long] if drop else row_dirs)
-        for side in SIDES:
-            flat, n = encoded[side]
-            if drop and too_long.any():
-                flat, n = flat[np.repeat(~too_long, n)], n[~too_long]
-            writers[side].add_flat(flat, n)
-            lengths[side].append(n)
-            total += int(n.sum())
-            unknown += int(np.count_nonzero(flat == unk_id))
+    progress = tqdm(total=count_rows(parquet) * len(encodings), desc=f"encode {parquet.stem}", unit="pairs",
+                    unit_scale=True, mininterval=2, disable=None)
+    for encode_pairs in encodings:
+        rows_read = 0
+        for batch in iter_pair_batches(parquet, [*SIDES, *DIRECTION_COLUMNS]):
+            progress.update(len(batch))
+            row_dirs = row_directions(batch, directions.names, parquet, rows_read)
+            rows_read += len(batch)
+            encoded = encode_pairs(batch.column("src").to_pylist(), batch.column("tgt").to_pylist(), row_dirs)
+            too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
+            overlong += int(too_long.sum())
+            kept_directions.append(row_dirs[~too_long] if drop else row_dirs)
+            for side in SIDES:
+                flat, n = encoded[side]
+                if drop and too_long.any():
+                    flat, n = flat[np.repeat(~too_long, n)], n[~too_long]
+                writers[side].add_flat(flat, n)
+                lengths[side].append(n)
+                total += int(n.sum())
+                unknown += int(np.count_nonzero(flat == unk_id))
     progress.close()
     pairs = {side: writers[side].close() for side in SIDES}
     row_dirs = np.concatenate(kept_directions) if kept_directions else np.zeros(0, dtype=np.uint8)
@@ -370,6 +387,7 @@ def encode_split(
         "pairs": pairs["src"],
         # The directions this split holds (a test set may hold only some of them).
         "pairs_per_direction": {name: int(n) for name, n in zip(directions.names, per_direction, strict=True) if n},
+        **({"segmentations_per_pair": len(encodings)} if len(encodings) > 1 else {}),
         "src_tokens": _length_stats(lengths["src"]),
         "tgt_tokens": _length_stats(lengths["tgt"]),
         "unk_rate": round(unknown / max(total, 1), 6),
@@ -390,15 +408,18 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         sample: dict[str, Any] = {}
         if params.model.init == "pretrained":
             meta, encode_pairs = pretrained_tokenizer(params, out, directions)
+            encodings = [encode_pairs]
         else:
-            meta, encode_pairs, sample = trained_tokenizer(params, train_file, out, directions)
+            meta, encodings, sample = trained_tokenizer(params, train_file, out, directions)
         dtype = token_dtype(meta["vocab_size"])
         meta.update(dtype=dtype, splits=splits)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
         per_split = {
-            # Only training pairs are ever dropped; test sets are translated whole (the model truncates input).
-            s: encode_split(encode_pairs, paths.split_file(paths.clean, s), out / s, dtype, meta["unk_id"], max_len,
-                            drop=params.tokenize.overlong == "drop" and s == "train", directions=directions)
+            # Only training pairs are ever dropped or sampled again; test sets are translated whole (the model
+            # truncates input) in the one best.
+            s: encode_split(encodings if s == "train" else encodings[:1], paths.split_file(paths.clean, s), out / s,
+                            dtype, meta["unk_id"], max_len, drop=params.tokenize.overlong == "drop" and s == "train",
+                            directions=directions)
             for s in splits
         }
 
