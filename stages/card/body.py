@@ -140,6 +140,14 @@ def _extra_dropout(arch: dict[str, Any]) -> str:
     return f" ({', '.join(extra)})" if extra else ""
 
 
+def _subword_regularization(tok: Any) -> str:
+    """The sampled segmentations the model trained on beside the one best, where there were any."""
+    if not tok.sampled_copies:
+        return ""
+    return (f"; trained with subword regularization: every training pair also in {tok.sampled_copies} segmentations "
+            f"sampled from the {tok.sampling_nbest} best (alpha {tok.sampling_alpha}), decoded with the one best")
+
+
 def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
     """A model trained from scratch: the preset with its overrides, and the project's own SentencePiece model."""
     p, config, directions = card.params, card.model_config, card.languages.directions
@@ -152,7 +160,7 @@ def _scratch_rows(card: CardInputs) -> list[tuple[str, str]]:
         ("vocabulary", f"{config.get('vocab_size')} pieces, SentencePiece {p.tokenize.model_type}"
                        f"{_shared_vocabulary(directions) if p.tokenize.joint else ', one model per language'}"
                        f"{', embeddings tied to the output projection' if p.model.tie_embeddings else ''}"
-                       f"{_tags(directions)}"),
+                       f"{_tags(directions)}{_subword_regularization(p.tokenize)}"),
     ]
 
 

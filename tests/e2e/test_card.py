@@ -145,6 +145,18 @@ def test_a_run_cut_short_by_its_time_limit_is_said_first_on_the_card(tiny_model_
 
 
 
+def test_the_card_names_the_attention_dropout_and_the_sampled_segmentations_where_set(released, tiny_model_dir,
+                                                                                   tmp_path):
+    _, plain = front_matter(released[0].release / "README.md")
+    assert "attention 0" not in plain and "subword regularization" not in plain
+    paths = project(tmp_path, tiny_model_dir)
+    card.run(parse({"model": {"attention_dropout": 0.1}, "tokenize": {"sampled_copies": 5}}), paths)
+    _, body = front_matter(paths.release / "README.md")
+    assert "dropout 0.1 (attention 0.1)" in body
+    assert ("every training pair also in 5 segmentations sampled from the 64 best (alpha 0.1), decoded with the "
+            "one best") in body
+
+
 def test_a_run_that_reached_its_planned_steps_has_no_warning_on_its_card(released):
     paths, _ = released
     assert "Warning" not in front_matter(paths.release / "README.md")[1]
