@@ -339,6 +339,47 @@ def _length_stats(lengths: list[np.ndarray]) -> dict[str, float]:
             "p99": float(np.percentile(n, 99)), "max": int(n.max())}
 
 
+class SplitWriter:
+    """One split's token arrays, its rows' directions and its figures, written a batch of encoded pairs at a time.
+    Pairs with a side longer than `max_len` tokens are counted; with `drop` they are left out of the arrays."""
+
+    def __init__(self, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool):
+        self.prefix, self.unk_id, self.max_len, self.drop = prefix, unk_id, max_len, drop
+        self.writers = {side: TokenArrayWriter(prefix.parent / f"{prefix.name}.{side}", np.dtype(dtype))
+                        for side in SIDES}
+        self.lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+        self.kept_directions: list[np.ndarray] = []
+        self.unknown = self.total = self.overlong = 0
+
+    def add(self, encoded: dict[str, tuple[np.ndarray, np.ndarray]], row_dirs: np.ndarray) -> None:
+        too_long = (encoded["src"][1] > self.max_len) | (encoded["tgt"][1] > self.max_len)
+        self.overlong += int(too_long.sum())
+        self.kept_directions.append(row_dirs[~too_long] if self.drop else row_dirs)
+        for side in SIDES:
+            flat, n = encoded[side]
+            if self.drop and too_long.any():
+                flat, n = flat[np.repeat(~too_long, n)], n[~too_long]
+            self.writers[side].add_flat(flat, n)
+            self.lengths[side].append(n)
+            self.total += int(n.sum())
+            self.unknown += int(np.count_nonzero(flat == self.unk_id))
+
+    def close(self, direction_names: list[str]) -> dict[str, Any]:
+        pairs = {side: self.writers[side].close() for side in SIDES}
+        row_dirs = np.concatenate(self.kept_directions) if self.kept_directions else np.zeros(0, dtype=np.uint8)
+        write_row_directions(self.prefix, row_dirs)
+        per_direction = np.bincount(row_dirs, minlength=len(direction_names))
+        return {
+            "pairs": pairs["src"],
+            # The directions this split holds (a test set may hold only some of them).
+            "pairs_per_direction": {name: int(n) for name, n in zip(direction_names, per_direction, strict=True) if n},
+            "src_tokens": _length_stats(self.lengths["src"]),
+            "tgt_tokens": _length_stats(self.lengths["tgt"]),
+            "unk_rate": round(self.unknown / max(self.total, 1), 6),
+            f"over_max_len_{'dropped' if self.drop else 'truncated'}": self.overlong,
+        }
+
+
 def encode_split(
     encodings: list[PairEncoder], parquet: Path, prefix: Path, dtype: str, unk_id: int, max_len: int, drop: bool,
     directions: Directions,
@@ -353,10 +394,7 @@ def encode_split(
     """
     from tqdm import tqdm
 
-    writers = {side: TokenArrayWriter(prefix.parent / f"{prefix.name}.{side}", np.dtype(dtype)) for side in SIDES}
-    lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
-    kept_directions: list[np.ndarray] = []
-    unknown = total = overlong = 0
+    out = SplitWriter(prefix, dtype, unk_id, max_len, drop)
     # disable=None: a bar on a terminal only; a log file (DVC, CI, Prefect) gets none of its redraws.
     progress = tqdm(total=count_rows(parquet) * len(encodings), desc=f"encode {parquet.stem}", unit="pairs",
                     unit_scale=True, mininterval=2, disable=None)
@@ -366,33 +404,10 @@ def encode_split(
             progress.update(len(batch))
             row_dirs = row_directions(batch, directions.names, parquet, rows_read)
             rows_read += len(batch)
-            encoded = encode_pairs(batch.column("src").to_pylist(), batch.column("tgt").to_pylist(), row_dirs)
-            too_long = (encoded["src"][1] > max_len) | (encoded["tgt"][1] > max_len)
-            overlong += int(too_long.sum())
-            kept_directions.append(row_dirs[~too_long] if drop else row_dirs)
-            for side in SIDES:
-                flat, n = encoded[side]
-                if drop and too_long.any():
-                    flat, n = flat[np.repeat(~too_long, n)], n[~too_long]
-                writers[side].add_flat(flat, n)
-                lengths[side].append(n)
-                total += int(n.sum())
-                unknown += int(np.count_nonzero(flat == unk_id))
+            out.add(encode_pairs(batch.column("src").to_pylist(), batch.column("tgt").to_pylist(), row_dirs), row_dirs)
     progress.close()
-    pairs = {side: writers[side].close() for side in SIDES}
-    row_dirs = np.concatenate(kept_directions) if kept_directions else np.zeros(0, dtype=np.uint8)
-    write_row_directions(prefix, row_dirs)
-    per_direction = np.bincount(row_dirs, minlength=len(directions.names))
-    return {
-        "pairs": pairs["src"],
-        # The directions this split holds (a test set may hold only some of them).
-        "pairs_per_direction": {name: int(n) for name, n in zip(directions.names, per_direction, strict=True) if n},
-        **({"segmentations_per_pair": len(encodings)} if len(encodings) > 1 else {}),
-        "src_tokens": _length_stats(lengths["src"]),
-        "tgt_tokens": _length_stats(lengths["tgt"]),
-        "unk_rate": round(unknown / max(total, 1), 6),
-        f"over_max_len_{'dropped' if drop else 'truncated'}": overlong,
-    }
+    figures = out.close(directions.names)
+    return {**figures, "segmentations_per_pair": len(encodings)} if len(encodings) > 1 else figures
 
 
 def run(params: Params, paths: Paths) -> dict[str, Any]:
