@@ -392,31 +392,21 @@ class TokenizeParams(_Section):
         return self
 
 
+def _preset(**shape: Any) -> dict[str, Any]:
+    """A preset: its shape and dropout; no preset drops attention weights or FFN activations (Vaswani et al.)."""
+    return {**shape, "attention_dropout": 0.0, "activation_dropout": 0.0}
+
+
 # Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017;
 # student is a distillation student (distill.model) shaped for int8 CPU decoding: the encoder, run once per
 # sentence, deeper than the one narrow decoder layer, run once per token and beam (the browsermt/Firefox students'
 # shape). Three encoder layers, not six: post-norm Marian with six did not train at the teacher's lr (bench/README.md).
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1,
-        attention_dropout=0.0, activation_dropout=0.0,
-    ),
-    "cpu-ref": dict(
-        d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1,
-        attention_dropout=0.0, activation_dropout=0.0,
-    ),
-    "base": dict(
-        d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1,
-        attention_dropout=0.0, activation_dropout=0.0,
-    ),
-    "big": dict(
-        d_model=1024, encoder_layers=6, decoder_layers=6, attention_heads=16, ffn_dim=4096, dropout=0.3,
-        attention_dropout=0.0, activation_dropout=0.0,
-    ),
-    "student": dict(
-        d_model=192, encoder_layers=3, decoder_layers=1, attention_heads=4, ffn_dim=768, dropout=0.1,
-        attention_dropout=0.0, activation_dropout=0.0,
-    ),
+    "tiny": _preset(d_model=64, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=256, dropout=0.1),
+    "cpu-ref": _preset(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1),
+    "base": _preset(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048, dropout=0.1),
+    "big": _preset(d_model=1024, encoder_layers=6, decoder_layers=6, attention_heads=16, ffn_dim=4096, dropout=0.3),
+    "student": _preset(d_model=192, encoder_layers=3, decoder_layers=1, attention_heads=4, ffn_dim=768, dropout=0.1),
 }
 
 
