@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,15 +31,16 @@ from pipeline.token_arrays import flatten
 Segmenter = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
 
 
-def piece_log_probabilities(sp: object) -> np.ndarray:
-    """Each id's score: its log-probability under the unigram model (0 for control, unknown and byte pieces)."""
-    return np.array([sp.get_score(i) for i in range(sp.get_piece_size())], dtype=np.float64)  # type: ignore[attr-defined]
+def piece_log_probabilities(sp: Any) -> np.ndarray:
+    """Each id's score in a SentencePieceProcessor: its log-probability under the unigram model (0 for control,
+    unknown and byte pieces)."""
+    return np.array([sp.get_score(i) for i in range(sp.get_piece_size())], dtype=np.float64)
 
 
 def draw(candidates: list[list[int]], log_probs: np.ndarray, alpha: float, rng: np.random.Generator) -> list[int]:
-    """One of a sentence's n-best segmentations, with probability ∝ exp(alpha · log P(x)): the Gumbel-max trick,
-    one Gumbel draw per candidate (a single candidate still spends its draw, so the stream does not depend on
-    how many candidates each sentence has beyond its own)."""
+    """One of a sentence's n-best segmentations, with probability ∝ exp(alpha · log P(x)): the Gumbel-max trick
+    (the argmax of alpha · log P(x) plus one Gumbel draw per candidate), log P(x) being the sum of its pieces'
+    log-probabilities."""
     flat, lengths = flatten(candidates)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     scores = np.zeros(len(candidates))
