@@ -1,7 +1,7 @@
 """Benchmark: how many checkpoints to average, chosen on a split that is not the test set.
 
     .venv/bin/python bench/averaging.py --run DIR [--last 1 5 10 20] [--split val] [--threads 2]
-        [--directions en-de] [--length-penalty 1.3] [--beam 6]
+        [--directions en-de] [--length-penalty 1.3] [--beam 6] [--until 5300]
 
 DIR is a project directory after `dvc repro` (or `dvc repro evaluate`) with `train.average_last` at least the
 largest K asked for: its models/checkpoints/average/ holds the weights of the last updates (one every
@@ -13,8 +13,11 @@ with sacreBLEU, as the evaluate stage scores it. A run of one `average_last` thu
 averaging is not part of the training trajectory. `--length-penalty` and `--beam` decode with another
 `evaluate.length_penalty` or `evaluate.beam` (the decoding choices, made on val too); `--directions` scores only those;
 `--hyp-dir` also writes each translation as OUT/<split>.<direction>.last<K>.hyp.txt, one line a sentence as the
-evaluate stage's reports/eval/*.hyp.txt (for the lowercased Moses-tokenized figure, bench/README.md). Last line:
-one JSON object.
+evaluate stage's reports/eval/*.hyp.txt (for the lowercased Moses-tokenized figure, bench/README.md).
+`--until UPDATE` averages the last K snapshots taken at or before UPDATE: what the same run with
+`train.max_steps: UPDATE` would have averaged, since with the inverse-sqrt schedule nothing before an update
+depends on max_steps (a decaying schedule does, and is refused). One long run thus also answers for shorter
+budgets, such as another model's 30 minutes. Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length-penalty", type=float, help="instead of DIR/params.yaml's evaluate.length_penalty")
     parser.add_argument("--beam", type=int, help="instead of DIR/params.yaml's evaluate.beam")
     parser.add_argument("--hyp-dir", type=Path, help="also write the translations here, one file per K and direction")
+    parser.add_argument("--until", type=int, metavar="UPDATE",
+                        help="as if the run had stopped at this update: only the snapshots taken up to it")
     return parser.parse_args()
 
 
@@ -64,16 +69,36 @@ def decoding_of(args: argparse.Namespace) -> EvaluateParams:
         sys.exit("; ".join(f"--{str(e['loc'][0]).replace('_', '-')} {e['input']}: {e['msg']}" for e in error.errors()))
 
 
-def checked_snapshots(paths: Paths, wanted: list[int]) -> list[Path]:
-    """The run's snapshots, or an exit naming how many it has when the largest K asks for more."""
-    from stages.train.checkpoint import AVERAGE_DIR
+def checked_snapshots(paths: Paths, wanted: list[int], until: int | None) -> list[Path]:
+    """The run's snapshots (up to update `until`), or an exit naming what it has when the largest K asks for more."""
+    from stages.train.checkpoint import AVERAGE_DIR, snapshot_step
 
-    snapshots = sorted((paths.checkpoints / AVERAGE_DIR).glob("step-*.pt"))
+    folder = paths.checkpoints / AVERAGE_DIR
+    snapshots = sorted(folder.glob("step-*.pt"))
     if not snapshots:
-        sys.exit(f"{paths.checkpoints / AVERAGE_DIR}: no snapshots (train with train.average_last > 1)")
+        sys.exit(f"{folder}: no snapshots (train with train.average_last > 1)")
+    if until is not None:
+        steps = [snapshot_step(f) for f in snapshots]
+        if until not in steps:
+            sys.exit(f"--until {until}: no snapshot of that update in {folder} (it holds {steps[0]}-{steps[-1]}, "
+                     f"every {steps[1] - steps[0] if len(steps) > 1 else '-'})")
+        snapshots = [f for f, step in zip(snapshots, steps, strict=True) if step <= until]
     if wanted[-1] > len(snapshots):
-        sys.exit(f"--last {wanted[-1]}: {paths.checkpoints / AVERAGE_DIR} holds {len(snapshots)} snapshots")
+        sys.exit(f"--last {wanted[-1]}: {folder} holds {len(snapshots)} snapshots"
+                 + (f" up to update {until}" if until is not None else ""))
     return snapshots
+
+
+def check_until(args: argparse.Namespace) -> None:
+    """--until stands for a shorter run only where the learning rate of an update does not depend on max_steps."""
+    from pipeline.params import load
+
+    if args.until is None:
+        return
+    schedule = load(args.run / "params.yaml").train.lr_schedule
+    if schedule != "inverse_sqrt":
+        sys.exit(f"--until {args.until}: {args.run / 'params.yaml'} has train.lr_schedule {schedule}, which decays "
+                 "to 0 at max_steps: a shorter run would have taken other updates, not these")
 
 
 def split_pairs(paths: Paths, args: argparse.Namespace, model_directions: list[str]) -> tuple[dict, list[str]]:
@@ -107,8 +132,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     paths = Paths(args.run)
     decoding = decoding_of(args)
+    check_until(args)
     wanted = sorted(set(args.last))
-    snapshots = checked_snapshots(paths, wanted)
+    snapshots = checked_snapshots(paths, wanted, args.until)
     languages = ModelLanguages.read(paths.final_model)
     pairs, directions = split_pairs(paths, args, [str(d) for d in languages.directions.directions])
     model, tokenizer = load_model(paths.final_model)
@@ -117,11 +143,11 @@ def main() -> None:
 
     figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
                                   "length_penalty": decoding.length_penalty, "threads": args.threads,
-                                  "snapshots": len(snapshots)}
-    print(f"{args.run}: {len(snapshots)} snapshots, {args.split}, beam {decoding.beam}, "
-          f"length penalty {decoding.length_penalty}, {args.threads} threads")
+                                  "snapshots": len(snapshots), "until": args.until}
+    print(f"{args.run}: {len(snapshots)} snapshots" + (f" up to update {args.until}" if args.until else "")
+          + f", {args.split}, beam {decoding.beam}, length penalty {decoding.length_penalty}, {args.threads} threads")
     for k in wanted:
-        weights, steps = average_snapshots(paths.checkpoints, k)
+        weights, steps = average_snapshots(paths.checkpoints, k, args.until)
         model.load_state_dict(weights)
         start = time.perf_counter()
         row = {}

@@ -163,9 +163,16 @@ def save_average_snapshot(weights: dict[str, Any], directory: Path, step: int, k
         old.unlink()
 
 
-def average_snapshots(directory: Path, last: int) -> tuple[dict[str, Any], list[int]]:
-    """The element-wise mean of the last `last` weight snapshots (in float64, cast back), and their steps."""
-    files = sorted((directory / AVERAGE_DIR).glob("step-*.pt"))[-last:]
+def snapshot_step(file: Path) -> int:
+    """The update a weight snapshot was taken at, from its name (step-000004100.pt)."""
+    return int(file.stem.split("-")[1])
+
+
+def average_snapshots(directory: Path, last: int, until: int | None = None) -> tuple[dict[str, Any], list[int]]:
+    """The element-wise mean of the last `last` weight snapshots (in float64, cast back), and their steps; with
+    `until`, the last of those taken at or before that update."""
+    files = sorted((directory / AVERAGE_DIR).glob("step-*.pt"))
+    files = [f for f in files if until is None or snapshot_step(f) <= until][-last:]
     if not files:
         raise FileNotFoundError(f"no checkpoints to average in {directory / AVERAGE_DIR}")
     total: dict[str, Any] = {}
@@ -178,7 +185,7 @@ def average_snapshots(directory: Path, last: int) -> tuple[dict[str, Any], list[
                 total[name] = tensor.to(torch.float64)
     dtypes = torch.load(files[-1], map_location="cpu", weights_only=True)
     averaged = {name: (t / len(files)).to(dtypes[name].dtype) for name, t in total.items()}
-    return averaged, [int(f.stem.split("-")[1]) for f in files]
+    return averaged, [snapshot_step(f) for f in files]
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """bench/averaging.py runs as bench/README.md prints it and reproduces the evaluate stage: averaging the last K
-snapshots with K = train.average_last translates exactly as models/final does, scored the stage's way, and a K
-or a split the run does not have exits naming what it has. The recipe figures in bench/README.md rest on this."""
+snapshots with K = train.average_last translates exactly as models/final does, scored the stage's way; `--until`
+averages as the same run stopped at that update does; and a K, a split or an update the run does not have exits
+naming what it has. The recipe figures in bench/README.md rest on this."""
 
 from __future__ import annotations
 
@@ -113,3 +114,36 @@ def test_beam_and_length_penalty_options_decode_as_the_stage_would_with_those_se
     invalid = averaging(run_dir, "--last", "1", "--beam", "0", "--length-penalty", "1.3")
     assert invalid.returncode != 0 and "--beam 0" in invalid.stderr and "Traceback" not in invalid.stderr
     assert "--length-penalty" not in invalid.stderr, "only the option at fault is named"
+
+
+def test_until_averages_what_the_same_run_stopped_at_that_update_would_have(run_dir, tmp_path):
+    # The same settings stopped at update 200, averaging its last 2 snapshots (100 and 200) into models/final.
+    short = tmp_path / "short"
+    write_clean_splits(short, {"train": 1500, "valid": 60, "test": 40})
+    params = parse({**PARAMS, "train": {**PARAMS["train"], "max_steps": 200, "average_last": 2}})
+    tokenize.run(params, Paths(short))
+    train.run(params, Paths(short))
+
+    result = averaging(run_dir, "--until", "200", "--last", "1", "2", "--split", "test", "--hyp-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["until"] == 200 and figures["snapshots"] == 2
+    assert (figures["last_2"]["first_update"], figures["last_2"]["last_update"]) == (100, 200)
+    hyps, _ = stage_translations(short)  # the shorter run's models/final
+    assert (tmp_path / "test.en-de.last2.hyp.txt").read_text(encoding="utf-8") == lines(hyps)
+    assert hyps != stage_translations(run_dir)[0], "update 300 changed the model: the comparison means something"
+
+
+def test_until_refuses_an_update_without_a_snapshot_and_a_decaying_schedule(run_dir, tmp_path):
+    between = averaging(run_dir, "--until", "150", "--last", "1")
+    assert between.returncode != 0 and "--until 150" in between.stderr and "100-300" in between.stderr
+    too_few = averaging(run_dir, "--until", "200", "--last", "3")
+    assert too_few.returncode != 0 and "holds 2 snapshots up to update 200" in too_few.stderr
+
+    decaying = tmp_path / "decaying"
+    decaying.mkdir()
+    (decaying / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "train": {**PARAMS["train"],
+                                                                              "lr_schedule": "linear"}}))
+    refused = averaging(decaying, "--until", "200", "--last", "1")
+    assert refused.returncode != 0 and "train.lr_schedule linear" in refused.stderr
+    assert "Traceback" not in refused.stderr + between.stderr + too_few.stderr
