@@ -54,13 +54,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def decoding_of(args: argparse.Namespace) -> EvaluateParams:
+def decoding_of(args: argparse.Namespace, decoding: EvaluateParams) -> EvaluateParams:
     """DIR/params.yaml's `evaluate:` block, with --length-penalty and --beam in place of its own where given."""
     from pydantic import ValidationError
 
-    from pipeline.params import load
-
-    decoding = load(args.run / "params.yaml").evaluate
     given = {name: value for name, value in (("length_penalty", args.length_penalty), ("beam", args.beam))
              if value is not None}
     try:  # validated as params.yaml's values would be (model_copy does not validate)
@@ -71,10 +68,10 @@ def decoding_of(args: argparse.Namespace) -> EvaluateParams:
 
 def checked_snapshots(paths: Paths, wanted: list[int], until: int | None) -> list[Path]:
     """The run's snapshots (up to update `until`), or an exit naming what it has when the largest K asks for more."""
-    from stages.train.checkpoint import AVERAGE_DIR, snapshot_step
+    from stages.train.checkpoint import AVERAGE_DIR, snapshot_files, snapshot_step
 
     folder = paths.checkpoints / AVERAGE_DIR
-    snapshots = sorted(folder.glob("step-*.pt"))
+    snapshots = snapshot_files(paths.checkpoints)
     if not snapshots:
         sys.exit(f"{folder}: no snapshots (train with train.average_last > 1)")
     if until is not None:
@@ -82,21 +79,16 @@ def checked_snapshots(paths: Paths, wanted: list[int], until: int | None) -> lis
         if until not in steps:
             sys.exit(f"--until {until}: no snapshot of that update in {folder} (it holds {steps[0]}-{steps[-1]}, "
                      f"every {steps[1] - steps[0] if len(steps) > 1 else '-'})")
-        snapshots = [f for f, step in zip(snapshots, steps, strict=True) if step <= until]
+        snapshots = snapshot_files(paths.checkpoints, until)
     if wanted[-1] > len(snapshots):
         sys.exit(f"--last {wanted[-1]}: {folder} holds {len(snapshots)} snapshots"
                  + (f" up to update {until}" if until is not None else ""))
     return snapshots
 
 
-def check_until(args: argparse.Namespace) -> None:
+def check_until(args: argparse.Namespace, schedule: str) -> None:
     """--until stands for a shorter run only where the learning rate of an update does not depend on max_steps."""
-    from pipeline.params import load
-
-    if args.until is None:
-        return
-    schedule = load(args.run / "params.yaml").train.lr_schedule
-    if schedule != "inverse_sqrt":
+    if args.until is not None and schedule != "inverse_sqrt":
         sys.exit(f"--until {args.until}: {args.run / 'params.yaml'} has train.lr_schedule {schedule}, which decays "
                  "to 0 at max_steps: a shorter run would have taken other updates, not these")
 
@@ -124,6 +116,7 @@ def main() -> None:
     import torch
 
     from pipeline.artifacts import Paths
+    from pipeline.params import load
     from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import load_model, score, translate
     from stages.evaluate.sentences import write_hypotheses
@@ -131,8 +124,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     paths = Paths(args.run)
-    decoding = decoding_of(args)
-    check_until(args)
+    run_params = load(args.run / "params.yaml")
+    decoding = decoding_of(args, run_params.evaluate)
+    check_until(args, run_params.train.lr_schedule)
     wanted = sorted(set(args.last))
     snapshots = checked_snapshots(paths, wanted, args.until)
     languages = ModelLanguages.read(paths.final_model)
@@ -144,7 +138,7 @@ def main() -> None:
     figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
                                   "length_penalty": decoding.length_penalty, "threads": args.threads,
                                   "snapshots": len(snapshots), "until": args.until}
-    print(f"{args.run}: {len(snapshots)} snapshots" + (f" up to update {args.until}" if args.until else "")
+    print(f"{args.run}: {len(snapshots)} snapshots" + (f" up to update {args.until}" if args.until is not None else "")
           + f", {args.split}, beam {decoding.beam}, length penalty {decoding.length_penalty}, {args.threads} threads")
     for k in wanted:
         weights, steps = average_snapshots(paths.checkpoints, k, args.until)

@@ -168,11 +168,16 @@ def snapshot_step(file: Path) -> int:
     return int(file.stem.split("-")[1])
 
 
+def snapshot_files(directory: Path, until: int | None = None) -> list[Path]:
+    """The weight snapshots in update order; with `until`, those taken at or before that update."""
+    files = sorted((directory / AVERAGE_DIR).glob("step-*.pt"))
+    return [f for f in files if until is None or snapshot_step(f) <= until]
+
+
 def average_snapshots(directory: Path, last: int, until: int | None = None) -> tuple[dict[str, Any], list[int]]:
     """The element-wise mean of the last `last` weight snapshots (in float64, cast back), and their steps; with
     `until`, the last of those taken at or before that update."""
-    files = sorted((directory / AVERAGE_DIR).glob("step-*.pt"))
-    files = [f for f in files if until is None or snapshot_step(f) <= until][-last:]
+    files = snapshot_files(directory, until)[-last:]
     if not files:
         raise FileNotFoundError(f"no checkpoints to average in {directory / AVERAGE_DIR}")
     total: dict[str, Any] = {}
