@@ -16,8 +16,10 @@ validation BLEU more slowly); the updates a config's 30 minutes buy are the stag
 Rounds alternate the order (A B, then B A, ...), so a machine that slows down or speeds up weighs on every
 variant alike. Per variant: the stage's train_seconds per round (metrics/train.json: the time train.max_minutes
 limits, without the start and the final average), their median, updates a second, the speed against the
-baseline's, and the updates --budget-seconds buy at that rate (the first updates validate a barely trained model,
-whose greedy outputs run to the length limit: a short measurement overstates validation's share a little).
+baseline's, and the updates of the budget: those --budget-seconds buy at the measured rate, and the baseline's own
+train.max_steps (DIR's, measured over whole runs) times the variant's speed. The second is the one to use: the
+first updates validate a barely trained model, whose greedy outputs run to the length limit, so a short measurement
+runs slower than a whole run and its rate understates a budget, while the ratio between variants carries over.
 Last line: one JSON object.
 """
 
@@ -92,6 +94,16 @@ def variant_params(run_params: dict[str, Any], variant: list[str], args: argpars
     return raw
 
 
+def max_steps_of(run_params: dict[str, Any], params_file: Path) -> int | None:
+    """DIR's train.max_steps: the budget of the baseline, which the other variants' speed scales."""
+    from pipeline.params import ParamsError, parse
+
+    try:
+        return parse(run_params, str(params_file)).train.max_steps
+    except ParamsError as error:
+        sys.exit(str(error))
+
+
 def train_once(folder: Path, tokenized: Path, params: dict[str, Any]) -> dict[str, Any]:
     """The training stage in `folder` (data/tokenized linked to DIR's), as dvc.yaml runs it; its metrics/train.json."""
     import yaml
@@ -109,8 +121,11 @@ def train_once(folder: Path, tokenized: Path, params: dict[str, Any]) -> dict[st
     return json.loads((folder / "metrics" / "train.json").read_text(encoding="utf-8"))
 
 
-def summary(names: list[str], runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
-    """Median train_seconds per variant, updates a second, speed against the first variant, updates in the budget."""
+def summary(names: list[str], runs: dict[str, list[dict[str, Any]]], baseline_steps: int | None,
+            args: argparse.Namespace) -> dict[str, Any]:
+    """Median train_seconds per variant, updates a second, speed against the first variant, and the updates of the
+    budget: at the measured rate, and as the baseline's own max_steps times the variant's speed (the first updates,
+    validated while the model is poor, are slower than a whole run's: the ratio carries over, the rate less so)."""
     medians = {name: statistics.median(m["train_seconds"] for m in runs[name]) for name in names}
     base = medians[names[0]]
     figures = {}
@@ -122,6 +137,7 @@ def summary(names: list[str], runs: dict[str, list[dict[str, Any]]], args: argpa
             "updates_per_s": round(rate, 3),
             "speed_vs_baseline": round(base / medians[name], 3),
             "budget_updates": int(rate * args.budget_seconds),
+            "baseline_steps_at_speed": int(baseline_steps * base / medians[name]) if baseline_steps else None,
             "tgt_tokens_per_s": statistics.median(m["tgt_tokens_per_s"] for m in runs[name]),
             "precision": runs[name][0]["precision"],
         }
@@ -143,7 +159,10 @@ def main() -> None:
         sys.exit(f"{params_file}: not there")
     run_params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
     params = {variant[0]: variant_params(run_params, variant, args) for variant in args.variant}
+    baseline_steps = max_steps_of(run_params, params_file)  # the first variant cannot change it (BENCH_KEYS)
 
+    if args.workdir and args.workdir.exists() and any(args.workdir.iterdir()):
+        sys.exit(f"--workdir {args.workdir}: not empty (it would mix this run's folders with an earlier one's)")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="train-stage-bench-"))
     print(f"{args.run}: {len(names)} variants x {args.rounds} rounds of {args.updates} updates, {args.threads} threads")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
@@ -163,11 +182,12 @@ def main() -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    figures = summary(names, runs, args)
+    figures = summary(names, runs, baseline_steps, args)
     for name, row in figures.items():
         print(f"{name}: median {row['median_seconds']} s, {row['updates_per_s']} updates/s, "
               f"{row['speed_vs_baseline']}x {names[0]}, {row['budget_updates']} updates in "
-              f"{args.budget_seconds:.0f} s")
+              f"{args.budget_seconds:.0f} s at this rate, {row['baseline_steps_at_speed']} as {names[0]}'s "
+              f"max_steps ({baseline_steps}) x its speed")
     print(json.dumps({"run": str(args.run), "updates": args.updates, "rounds": args.rounds, "threads": args.threads,
                       "budget_seconds": args.budget_seconds, "orders": orders, "variants": figures}))
 

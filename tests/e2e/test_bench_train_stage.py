@@ -68,9 +68,12 @@ def test_each_variant_trains_its_own_model_in_alternating_rounds(run_dir, tmp_pa
         median = statistics.median(row["train_seconds"])
         assert row["median_seconds"] == round(median, 1)
         assert row["budget_updates"] == int(20 / median * 60)
-        assert row["speed_vs_baseline"] == round(statistics.median(figures["variants"]["config"]["train_seconds"])
-                                                 / median, 3)
+        base = statistics.median(figures["variants"]["config"]["train_seconds"])
+        assert row["speed_vs_baseline"] == round(base / median, 3)
+        assert row["baseline_steps_at_speed"] == int(PARAMS["train"]["max_steps"] * base / median)
     assert figures["variants"]["config"]["speed_vs_baseline"] == 1.0
+    again = bench(run_dir, "--updates", "20", "--workdir", str(work), "--variant", "config")
+    assert again.returncode != 0 and "not empty" in again.stderr and "Traceback" not in again.stderr
 
 
 @pytest.mark.parametrize(("variant", "named"), [
