@@ -121,6 +121,26 @@ def train_once(folder: Path, tokenized: Path, params: dict[str, Any]) -> dict[st
     return json.loads((folder / "metrics" / "train.json").read_text(encoding="utf-8"))
 
 
+def time_rounds(params: dict[str, dict[str, Any]], tokenized: Path, work: Path,
+                args: argparse.Namespace) -> tuple[dict[str, list[dict[str, Any]]], list[list[str]]]:
+    """Every variant trained once a round, in order and then in reverse: each run's metrics, and the orders."""
+    names = list(params)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    orders = []
+    for round_index in range(args.rounds):
+        order = names if round_index % 2 == 0 else names[::-1]
+        orders.append(order)
+        for name in order:
+            metrics = train_once(work / f"round{round_index + 1}-{name}", tokenized, params[name])
+            if metrics["steps"] != args.updates:
+                sys.exit(f"--variant {name}: stopped at update {metrics['steps']} ({metrics['stop_reason']}), "
+                         f"not {args.updates}: its time is not comparable")
+            runs[name].append(metrics)
+            print(f"round {round_index + 1} {name}: {metrics['train_seconds']:.1f} s, "
+                  f"{args.updates / metrics['train_seconds']:.2f} updates/s, {metrics['precision']}")
+    return runs, orders
+
+
 def summary(names: list[str], runs: dict[str, list[dict[str, Any]]], baseline_steps: int | None,
             args: argparse.Namespace) -> dict[str, Any]:
     """Median train_seconds per variant, updates a second, speed against the first variant, and the updates of the
@@ -165,20 +185,8 @@ def main() -> None:
         sys.exit(f"--workdir {args.workdir}: not empty (it would mix this run's folders with an earlier one's)")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="train-stage-bench-"))
     print(f"{args.run}: {len(names)} variants x {args.rounds} rounds of {args.updates} updates, {args.threads} threads")
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    orders = []
     try:
-        for round_index in range(args.rounds):
-            order = names if round_index % 2 == 0 else names[::-1]
-            orders.append(order)
-            for name in order:
-                metrics = train_once(work / f"round{round_index + 1}-{name}", tokenized, params[name])
-                if metrics["steps"] != args.updates:
-                    sys.exit(f"--variant {name}: stopped at update {metrics['steps']} ({metrics['stop_reason']}), "
-                             f"not {args.updates}: its time is not comparable")
-                runs[name].append(metrics)
-                print(f"round {round_index + 1} {name}: {metrics['train_seconds']:.1f} s, "
-                      f"{args.updates / metrics['train_seconds']:.2f} updates/s, {metrics['precision']}")
+        runs, orders = time_rounds(params, tokenized, work, args)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
