@@ -178,8 +178,9 @@ def main() -> None:
     if not params_file.is_file():
         sys.exit(f"{params_file}: not there")
     run_params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
-    params = {variant[0]: variant_params(run_params, variant, args) for variant in args.variant}
+    # DIR's own file first, so that an error in it names the file and not the first variant.
     baseline_steps = max_steps_of(run_params, params_file)  # the first variant cannot change it (BENCH_KEYS)
+    params = {variant[0]: variant_params(run_params, variant, args) for variant in args.variant}
 
     if args.workdir and args.workdir.exists() and any(args.workdir.iterdir()):
         sys.exit(f"--workdir {args.workdir}: not empty (it would mix this run's folders with an earlier one's)")
