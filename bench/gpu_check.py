@@ -11,8 +11,8 @@ numpy (no pydantic, dvc or prefect: the check imports stages/train and nothing o
 module outside that set that got imported). `--prepare` writes DIR/data/tokenized (Multi30k en-de read from
 ../shared/data/multi30k, or the embedded sample when that is absent, through the tokenize stage) and
 DIR/spec_defaults.json (the validated train/evaluate defaults and the model presets, so the check builds the
-same spec the train stage would, without pydantic). DIR is a few MB; inside the repository, keep it under
-data/ (git-ignored).
+same spec the train stage would, without pydantic). DIR is a few MB and holds a `.gitignore` of its own, so git
+leaves it out wherever it lies (data/ is ignored only for the stages' own outputs).
 
 Checks, each recorded with its figures and PASS/FAIL (a failure does not stop the others):
 - precisions: bf16, fp16 (GradScaler) and fp32 (TF32 matmuls on, checked inside the run) short runs of the base
@@ -133,6 +133,8 @@ def prepare(out: Path, multi30k: Path, pairs: int, vocab_size: int) -> None:
         "prepared_from": source,
     }
     (out / "spec_defaults.json").write_text(json.dumps(defaults, indent=1))
+    # A prepared corpus is a build product: git must not offer it for a commit, inside the repository or out.
+    (out / ".gitignore").write_text("*\n")
     print(f"prepared {out} from {source}: copy it to the GPU machine, then bench/gpu_check.sh --data DIR")
 
 

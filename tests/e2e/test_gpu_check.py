@@ -35,3 +35,17 @@ def test_the_gpu_check_dry_run_passes_on_a_cpu_and_ends_with_one_json_line():
     assert resume["deterministic"] and resume["identical_weights"] and resume["max_rel_loss_diff"] == 0.0
     assert checks["throughput"]["tiny"]["tgt_tokens_per_s"] > 0
     assert checks["bare_python"]["imported_outside_torch_transformers_numpy"] == []
+
+
+def test_a_prepared_corpus_is_left_out_by_git_wherever_it_lies(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    prepared = tmp_path / "data" / "gpu-check"
+    command = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--prepare", str(prepared),
+               "--multi30k", str(tmp_path / "absent"), "--pairs", "500", "--vocab-size", "500"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (prepared / "data" / "tokenized" / "spm.model").exists()
+    assert json.loads((prepared / "spec_defaults.json").read_text())["prepared_from"] == "assets/sample"
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True)
+    assert status.stdout == ""
