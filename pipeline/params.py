@@ -437,6 +437,10 @@ class ModelParams(_Section):
     attention_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     activation_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     tie_embeddings: bool = True
+    # How a scratch model's weights are drawn: normal is transformers' N(0, 0.02) for every matrix; xavier is
+    # Vaswani et al.'s and fairseq's (stages/train/initialization.py): Xavier-uniform projections, embeddings
+    # N(0, d_model ** -0.5), so that after Marian's sqrt(d_model) scaling tokens weigh as much as positions.
+    weight_init: Literal["normal", "xavier"] = "normal"
     max_positions: int = Field(512, ge=16)
     # init: pretrained: ISO code -> the checkpoint's own language code, where the built-in map
     # (pipeline/runtime/families.py) picks another or none: {zh: zho_Hant} for NLLB, {en: ">>eng<<"} for OPUS-MT.

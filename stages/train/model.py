@@ -50,6 +50,7 @@ def model_spec(model: Any) -> dict[str, Any]:
         "name_or_path": model.name_or_path,
         "arch": model.architecture(),
         "tie_embeddings": model.tie_embeddings,
+        "weight_init": model.weight_init,
         "max_positions": model.max_positions,
     }
 
@@ -134,6 +135,10 @@ def build_model(
     with torch.random.fork_rng(devices=[]):  # the model is built on the CPU: only the CPU generator is drawn
         torch.manual_seed(seed)
         built = MarianMTModel(config)
+        if model.get("weight_init", "normal") == "xavier":  # a spec saved before the option was transformers'
+            from stages.train.initialization import xavier_init
+
+            xavier_init(built)
     built.generation_config = generation_config(pad_id, eos_id, model["max_positions"])
     return built
 
