@@ -450,6 +450,9 @@ class ModelParams(_Section):
     def _consistent(self) -> ModelParams:
         if self.init == "pretrained" and not self.name_or_path:
             raise ValueError("init 'pretrained' needs model.name_or_path")
+        if self.init == "pretrained" and self.weight_init != "normal":
+            raise ValueError(f"weight_init '{self.weight_init}' draws a model trained from scratch; a pretrained one "
+                             "keeps its weights (set weight_init: normal, or init: scratch)")
         bad = [lang for lang in self.language_codes if not re.fullmatch(r"[a-z]{2,3}", lang)]
         if bad:
             raise ValueError(f"language_codes: keys are the directions' ISO codes (e.g. en), not {bad}")

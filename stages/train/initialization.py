@@ -4,7 +4,7 @@ transformers draws every matrix of a Marian model from N(0, 0.02), BERT's choice
 whose recipes the Multi30k and IWSLT figures come from, draw projections from Xavier-uniform (the query, key and
 value projections at gain 1/sqrt(2), as fairseq's MultiheadAttention) and embeddings from N(0, d_model ** -0.5),
 so that once Marian multiplies them by sqrt(d_model) a token's embedding has unit variance per dimension, level with
-the sinusoidal positions it is added to; with N(0, 0.02) it starts at a tenth of their variance at d_model 256.
+the sinusoidal positions it is added to; with N(0, 0.02) it starts at a fifth of their variance at d_model 256.
 Biases start at zero, layer norms at one and zero (transformers' own), the sinusoidal positions are left as they
 are, and a tied output projection is the embedding matrix, drawn once."""
 

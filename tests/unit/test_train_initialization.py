@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeline.params import parse
+from pipeline.params import ParamsError, parse
 from stages.train.model import build_model, model_spec
 
 torch = pytest.importorskip("torch")
@@ -78,3 +78,8 @@ def test_a_spec_saved_before_the_option_builds_transformers_draw():
     assert spec.pop("weight_init") == "normal"
     old, normal = build_model(spec, VOCAB, PAD, EOS), built("normal")
     assert torch.equal(old.model.encoder.layers[0].fc1.weight, normal.model.encoder.layers[0].fc1.weight)
+
+
+def test_a_pretrained_model_keeps_its_weights_so_asking_to_redraw_them_is_refused():
+    with pytest.raises(ParamsError, match="weight_init 'xavier' draws a model trained from scratch"):
+        parse({"model": {"init": "pretrained", "name_or_path": "Helsinki-NLP/opus-mt-en-de", "weight_init": "xavier"}})
