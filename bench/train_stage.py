@@ -95,7 +95,7 @@ def variant_params(run_params: dict[str, Any], variant: list[str], args: argpars
 
 
 def max_steps_of(run_params: dict[str, Any], params_file: Path) -> int | None:
-    """DIR's train.max_steps: the budget of the baseline, which the other variants' speed scales."""
+    """DIR's params validated (exits naming the file), and its train.max_steps: the budget the speeds scale."""
     from pipeline.params import ParamsError, parse
 
     try:
@@ -179,7 +179,9 @@ def main() -> None:
         sys.exit(f"{params_file}: not there")
     run_params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
     # DIR's own file first, so that an error in it names the file and not the first variant.
-    baseline_steps = max_steps_of(run_params, params_file)  # the first variant cannot change it (BENCH_KEYS)
+    baseline_steps = max_steps_of(run_params, params_file)
+    if len(args.variant[0]) > 1:  # DIR's max_steps is the baseline's budget only for DIR's config as it stands
+        baseline_steps = None
     params = {variant[0]: variant_params(run_params, variant, args) for variant in args.variant}
 
     if args.workdir and args.workdir.exists() and any(args.workdir.iterdir()):
@@ -192,11 +194,12 @@ def main() -> None:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
     figures = summary(names, runs, baseline_steps, args)
+    scaled = (f"as {names[0]}'s max_steps ({baseline_steps}) x its speed" if baseline_steps else
+              f"(no step budget to scale: {names[0]} is not {params_file} as it stands, or it sets no max_steps)")
     for name, row in figures.items():
         print(f"{name}: median {row['median_seconds']} s, {row['updates_per_s']} updates/s, "
               f"{row['speed_vs_baseline']}x {names[0]}, {row['budget_updates']} updates in "
-              f"{args.budget_seconds:.0f} s at this rate, {row['baseline_steps_at_speed']} as {names[0]}'s "
-              f"max_steps ({baseline_steps}) x its speed")
+              f"{args.budget_seconds:.0f} s at this rate, {row['baseline_steps_at_speed'] or ''} {scaled}")
     print(json.dumps({"run": str(args.run), "updates": args.updates, "rounds": args.rounds, "threads": args.threads,
                       "budget_seconds": args.budget_seconds, "orders": orders, "variants": figures}))
 

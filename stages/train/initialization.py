@@ -22,6 +22,7 @@ def xavier_init(model: Any) -> None:
     from torch import nn
 
     d_model = model.config.d_model
+    output = model.get_output_embeddings()
     embeddings = {id(module.weight): module for module in model.modules()
                   if isinstance(module, nn.Embedding) and module.weight.requires_grad}
     with torch.no_grad():
@@ -32,7 +33,7 @@ def xavier_init(model: Any) -> None:
         for name, module in model.named_modules():
             if not isinstance(module, nn.Linear) or id(module.weight) in embeddings:
                 continue  # a tied output projection was drawn as the embedding it is
-            if name.endswith("lm_head"):  # untied: fairseq draws the output embedding as the input one
+            if module is output:  # untied: fairseq draws the output embedding as the input one
                 nn.init.normal_(module.weight, mean=0.0, std=d_model ** -0.5)
             else:
                 gain = 2 ** -0.5 if name.rsplit(".", 1)[-1] in _QKV else 1.0

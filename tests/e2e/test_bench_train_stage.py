@@ -76,6 +76,14 @@ def test_each_variant_trains_its_own_model_in_alternating_rounds(run_dir, tmp_pa
     assert again.returncode != 0 and "not empty" in again.stderr and "Traceback" not in again.stderr
 
 
+def test_a_baseline_other_than_the_runs_config_has_no_step_budget_to_scale(run_dir):
+    result = bench(run_dir, "--updates", "10", "--rounds", "1", "--variant", "wide", "model.d_model=48")
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(result.stdout.strip().splitlines()[-1])["variants"]["wide"]
+    assert row["speed_vs_baseline"] == 1.0 and row["baseline_steps_at_speed"] is None
+    assert "no step budget to scale: wide is not" in result.stdout
+
+
 @pytest.mark.parametrize(("variant", "named"), [
     (["v", "tokenize.vocab_size=800"], "tokenize.vocab_size: only model.* and train.* keys"),
     (["v", "train.max_steps=10"], "train.max_steps is the bench's to set (--updates)"),
