@@ -6,6 +6,7 @@ saves:
 
     family                files                                     read with
     marian                source.spm, target.spm, vocab.json        sentencepiece (MarianSentencePiece)
+                          (+ target_vocab.json: separate_vocabs)
     m2m100                sentencepiece.bpe.model, vocab.json       sentencepiece (M2M100SentencePiece)
     mbart, mbart50, nllb  tokenizer.json                            tokenizers (TokenizerJson)
 
@@ -35,6 +36,8 @@ SPIECE_UNDERLINE = "\u2581"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 # Named special tokens of a tokenizer config, as transformers lists them (all_special_tokens).
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# A Marian tokenizer with separate_vocabs: the target side's pieces by id (vocab.json holds the source side's).
+TARGET_VOCAB = "target_vocab.json"
 # The files each family's runtime tokenizer reads (config aside).
 TOKENIZER_FILES = {
     "marian": ("source.spm", "target.spm", "vocab.json"),
@@ -202,9 +205,18 @@ class MarianSentencePiece(SentencePieceVocabulary):
 
     def __init__(self, model_dir: Path, skip_ids: Iterable[int] = (), tagged: bool = False):
         config = read_json(Path(model_dir) / TOKENIZER_CONFIG)
-        self.decode_model = "target.spm" if config.get("separate_vocabs") else "source.spm"
+        separate = bool(config.get("separate_vocabs"))
+        self.decode_model = "target.spm" if separate else "source.spm"
         self.tagged = tagged
         super().__init__(model_dir, skip_ids)
+        if separate:
+            # Outputs are target ids: with separate vocabularies they name target_vocab.json's pieces, as
+            # MarianTokenizer decodes them (vocab.json holds the source side's, other pieces at the same ids).
+            target_vocab = self.model_dir / TARGET_VOCAB
+            if not target_vocab.is_file():
+                raise TokenizerFilesError(f"{target_vocab} not found: {TOKENIZER_CONFIG} says separate_vocabs, "
+                                          "whose target ids it names")
+            self.pieces_of_ids = {i: piece for piece, i in read_json(target_vocab).items()}
 
     def encode(self, text: str) -> list[int]:
         """MarianTokenizer's ids of a text: its pieces, then </s> (untruncated)."""

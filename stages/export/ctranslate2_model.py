@@ -14,13 +14,14 @@ import importlib.util
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import OptionalDependencyMissing
 from pipeline.runtime.families import checkpoint_kind
 from pipeline.runtime.model_languages import DirectionLayout
+from pipeline.runtime.text_pieces import TARGET_VOCAB, TOKENIZER_CONFIG
 
 log = logging.getLogger("mtpipe.export")
 
@@ -83,7 +84,35 @@ def convert_ctranslate2(final_model: Path, out: Path, quantization: str) -> floa
     log.info("converting to CTranslate2 (%s)", quantization)
     start = time.perf_counter()
     converter.convert(str(out), quantization=quantization)
+    split_vocabularies(final_model, out)
     return round(time.perf_counter() - start, 2)
+
+
+def separate_vocabularies(tokenizer_dir: Path) -> dict[str, dict[str, int]] | None:
+    """A Marian tokenizer's source and target vocabularies (vocab.json, target_vocab.json) when it has one a side
+    (`separate_vocabs`, as `tokenize.joint: false` saves it); None when one vocabulary serves both."""
+    config = json.loads((tokenizer_dir / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
+    if not config.get("separate_vocabs"):
+        return None
+    return {side: json.loads((tokenizer_dir / name).read_text(encoding="utf-8"))
+            for side, name in (("source", "vocab.json"), ("target", TARGET_VOCAB))}
+
+
+def split_vocabularies(final_model: Path, out: Path) -> None:
+    """Give a converted model with separate vocabularies CTranslate2's source_vocabulary.json and
+    target_vocabulary.json: its converter registers the tokenizer's get_vocab() (a Marian tokenizer's source side)
+    as both, so the decoder's outputs would read as the source pieces at the target ids. Marian's <pad> (the last
+    id) is left out, as the converter leaves it out."""
+    vocabularies = separate_vocabularies(final_model)
+    if vocabularies is None:
+        return
+    shared = out / "shared_vocabulary.json"
+    size = len(json.loads(shared.read_text(encoding="utf-8")))
+    for side, vocab in vocabularies.items():
+        tokens = sorted(vocab, key=vocab.__getitem__)[:size]
+        (out / f"{side}_vocabulary.json").write_text(json.dumps(tokens, ensure_ascii=False, indent=2),
+                                                     encoding="utf-8")
+    shared.unlink()
 
 
 def start_row_norm(model: Any, pad_id: int) -> float | None:
@@ -128,9 +157,21 @@ def greedy_ids(translator: Any, tokenizer: Any, sources: list[list[int]], prefix
     `prefix` is the target_prefix (target_prefix()). Its hypotheses begin with the prefix tokens that are not its
     start token (all of them when it adds its own, `own_start`; all but the first otherwise), which also count
     towards max_decoding_length; they are dropped here. It returns no end token."""
-    tokens = [tokenizer.convert_ids_to_tokens(s) for s in sources]
+    source_tokens, target_ids = token_maps(tokenizer)
+    tokens = [source_tokens(s) for s in sources]
     options: dict[str, Any] = {"target_prefix": [list(prefix)] * len(tokens)} if prefix else {}
     shown = len(prefix) if own_start else max(len(prefix) - 1, 0)
     results = translator.translate_batch(tokens, beam_size=1,
                                          max_decoding_length=max_decoding_length(output_limit) + shown, **options)
-    return [tokenizer.convert_tokens_to_ids(r.hypotheses[0][shown:]) + [eos_id] for r in results]
+    return [target_ids(r.hypotheses[0][shown:]) + [eos_id] for r in results]
+
+
+def token_maps(tokenizer: Any) -> tuple[Callable[[list[int]], list[str]], Callable[[list[str]], list[int]]]:
+    """(source ids -> tokens, target tokens -> ids) of a transformers tokenizer. A Marian tokenizer with separate
+    vocabularies maps every id to a target piece and every piece to a source id (outside its target mode), so
+    each side is read from its own vocabulary there."""
+    if not getattr(tokenizer, "separate_vocabs", False):
+        return tokenizer.convert_ids_to_tokens, tokenizer.convert_tokens_to_ids
+    source_pieces = {i: piece for piece, i in tokenizer.encoder.items()}
+    target, unk = tokenizer.target_encoder, tokenizer.target_encoder[tokenizer.unk_token]
+    return (lambda ids: [source_pieces[i] for i in ids]), (lambda tokens: [target.get(t, unk) for t in tokens])

@@ -63,6 +63,30 @@ def test_separate_vocabularies_give_one_model_per_side_with_the_same_pad_id(corp
     assert tgt_ids == ids_of(paths.tokenized, "test", "tgt")
 
 
+def test_the_runtime_tokenizer_reads_separate_vocabularies_as_marian_tokenizer_does(corpus, tmp_path):
+    """`mtpipe translate` decodes target ids with the target side's pieces (target_vocab.json), not vocab.json's
+    source pieces at the same ids, and cuts sources as MarianTokenizer does."""
+    from transformers import AutoTokenizer
+
+    from pipeline.corpus import read_pairs
+    from pipeline.runtime.text_pieces import TokenizerFilesError, text_pieces
+
+    paths = fresh_root(corpus, tmp_path)
+    tokenize.run(parse({"tokenize": {"vocab_size": 800, "joint": False, "threads": 1}}), paths)
+    hf = paths.tokenized / "hf_tokenizer"
+    tokenizer, runtime = AutoTokenizer.from_pretrained(hf), text_pieces(hf, "marian")
+    src, tgt = read_pairs(tmp_path / "data" / "clean" / "test.parquet")
+    target_ids = ids_of(paths.tokenized, "test", "tgt")
+    decoded = [runtime.decode(ids) for ids in target_ids]
+    assert decoded == tokenizer.batch_decode(target_ids, skip_special_tokens=True)
+    assert sum(d == t for d, t in zip(decoded, tgt, strict=True)) >= 0.9 * len(tgt)  # the German text itself
+    assert [runtime.pieces(s) for s in src] == tokenizer(src, add_special_tokens=False).input_ids
+
+    (hf / "target_vocab.json").unlink()
+    with pytest.raises(TokenizerFilesError, match="target_vocab.json not found"):
+        text_pieces(hf, "marian")
+
+
 def test_separate_vocabulary_too_large_for_the_corpus_names_the_param(corpus, tmp_path):
     from pipeline.runtime.errors import PipelineError
 
