@@ -34,6 +34,8 @@ hf variant's tokens/s (printed against each variant too), and ours >= 40% of the
 it ran in fastest (its share of the bf16 peak printed in any case).
 `--attention eager|sdpa|sdpa-math` trains ours with that attention kernel instead of the one the training stage
 picks (eager on CPUs): the comparison behind that choice.
+`--compile objective|layers` runs ours through torch.compile (dynamic shapes): the comparison behind the
+training stage's eager loop.
 `--profile N` instead prints torch.profiler tables of N updates of our loop in `--profile-precision` (bf16 by
 default): the ops by their own time, and the time by kind (matmuls, attention, softmax and loss, normalisation,
 elementwise, casts, optimizer). Last line: one JSON object.
@@ -227,13 +229,44 @@ def run_ours(args: argparse.Namespace, work: Path, precision: str) -> dict[str, 
 
     loop.forward_backward = counting
     try:
-        with attention_kernel(args.attention):
+        with attention_kernel(args.attention), compiled(args.compile):
             loop.train(spec)
     except StopBenchmark:
         pass
     finally:
         loop.forward_backward = forward_backward
     return clock.result()
+
+
+@contextmanager
+def compiled(choice: str) -> Iterator[None]:
+    """Our loop through torch.compile (`--compile`): the comparison behind the stage's eager loop. `objective`
+    compiles the loss module (model and loss) whole, `layers` each encoder and decoder layer alone (regional
+    compilation), both with dynamic shapes, as every batch has its own."""
+    if choice == "none":
+        yield
+        return
+    import torch
+
+    from stages.train import loop
+    from stages.train.loss import TokenLoss
+
+    def objective(model: Any) -> Any:
+        if choice == "objective":
+            return torch.compile(TokenLoss(model), dynamic=True)
+        for layer in (*model.get_encoder().layers, *model.get_decoder().layers):
+            layer.compile(dynamic=True)
+        return TokenLoss(model)
+
+    # Graph breaks and shape guards recompile; the default limit of 8 would leave later shapes to eager.
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 256
+    loop.TokenLoss = objective
+    try:
+        yield
+    finally:
+        loop.TokenLoss = TokenLoss
+        torch._dynamo.config.recompile_limit = limit
 
 
 @contextmanager
@@ -417,6 +450,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     parser.add_argument("--attention", choices=("stage", "eager", "sdpa", "sdpa-math"), default="stage",
                         help="ours: the kernel the training stage picks (eager on CPUs), or another")
+    parser.add_argument("--compile", choices=("none", "objective", "layers"), default="none",
+                        help="ours through torch.compile: the loss module whole, or each Transformer layer")
     parser.add_argument("--model", nargs="+", default=[], metavar="KEY=VALUE",
                         help="the model params' overrides of the cpu-ref preset, for every trainer (d_model=128)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N updates of ours instead")
@@ -505,6 +540,7 @@ def report(args: argparse.Namespace, meta: dict[str, Any], results: dict[tuple[s
         "train_flops_per_tgt_token": round(corpus.flops_exact),
         "train_flops_per_tgt_token_6n_rule": round(corpus.flops_rule),
         "seconds_per_trainer": args.seconds, "warmup_steps": args.warmup_steps, "ours_attention": args.attention,
+        "ours_compile": args.compile,
     }
     for p, peak in peaks.best.items():
         figures[f"matmul_peak_{p}_gflops"] = round(peak / 1e9, 2)
