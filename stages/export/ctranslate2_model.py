@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.artifacts import read_json
 from pipeline.errors import OptionalDependencyMissing
 from pipeline.runtime.families import checkpoint_kind
 from pipeline.runtime.model_languages import DirectionLayout
@@ -88,27 +89,18 @@ def convert_ctranslate2(final_model: Path, out: Path, quantization: str) -> floa
     return round(time.perf_counter() - start, 2)
 
 
-def separate_vocabularies(tokenizer_dir: Path) -> dict[str, dict[str, int]] | None:
-    """A Marian tokenizer's source and target vocabularies (vocab.json, target_vocab.json) when it has one a side
-    (`separate_vocabs`, as `tokenize.joint: false` saves it); None when one vocabulary serves both."""
-    config = json.loads((tokenizer_dir / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
-    if not config.get("separate_vocabs"):
-        return None
-    return {side: json.loads((tokenizer_dir / name).read_text(encoding="utf-8"))
-            for side, name in (("source", "vocab.json"), ("target", TARGET_VOCAB))}
-
-
 def split_vocabularies(final_model: Path, out: Path) -> None:
-    """Give a converted model with separate vocabularies CTranslate2's source_vocabulary.json and
-    target_vocabulary.json: its converter registers the tokenizer's get_vocab() (a Marian tokenizer's source side)
-    as both, so the decoder's outputs would read as the source pieces at the target ids. Marian's <pad> (the last
-    id) is left out, as the converter leaves it out."""
-    vocabularies = separate_vocabularies(final_model)
-    if vocabularies is None:
+    """Give a converted Marian model with separate vocabularies (`separate_vocabs`, as `tokenize.joint: false`
+    saves it: vocab.json the source side's, target_vocab.json the target side's) CTranslate2's
+    source_vocabulary.json and target_vocabulary.json: its converter registers the tokenizer's get_vocab() (the
+    source side) as both, so the decoder's outputs would read as the source pieces at the target ids. Marian's
+    <pad> (the last id) is left out, as the converter leaves it out."""
+    if not read_json(final_model / TOKENIZER_CONFIG).get("separate_vocabs"):
         return
     shared = out / "shared_vocabulary.json"
-    size = len(json.loads(shared.read_text(encoding="utf-8")))
-    for side, vocab in vocabularies.items():
+    size = len(read_json(shared))
+    for side, name in (("source", "vocab.json"), ("target", TARGET_VOCAB)):
+        vocab = read_json(final_model / name)
         tokens = sorted(vocab, key=vocab.__getitem__)[:size]
         (out / f"{side}_vocabulary.json").write_text(json.dumps(tokens, ensure_ascii=False, indent=2),
                                                      encoding="utf-8")

@@ -66,7 +66,7 @@ def test_the_translator_gives_the_evaluate_stages_text(exported):
     layout = ModelLanguages.read(exported.final_model).layout(translator.direction())
     ours = translator.translate(SENTENCES, beam=4)
     assert ours == translate(model, tokenizer, layout, SENTENCES, EvaluateParams(beam=4), progress_bar=False)
-    # The target's pieces: text the source's vocabulary would not give for these ids.
+    # The fixture's premise: the two vocabularies name different pieces, so reading the wrong one shows.
     target_pieces = set(json.loads((exported.final_model / "target_vocab.json").read_text()))
     source_pieces = set(json.loads((exported.final_model / "vocab.json").read_text()))
     assert target_pieces != source_pieces
