@@ -393,8 +393,9 @@ class TokenizeParams(_Section):
 
 
 def _preset(**shape: Any) -> dict[str, Any]:
-    """A preset: its shape and dropout; no preset drops attention weights or FFN activations (Vaswani et al.)."""
-    return {**shape, "attention_dropout": 0.0, "activation_dropout": 0.0}
+    """A preset: its shape and dropout; no preset drops attention weights or FFN activations, and every one computes
+    the FFN with ReLU (Vaswani et al.)."""
+    return {**shape, "attention_dropout": 0.0, "activation_dropout": 0.0, "activation": "relu"}
 
 
 # Architecture presets. cpu-ref is the reference model for 2-core CPUs; base and big are Vaswani et al. 2017;
@@ -436,6 +437,9 @@ class ModelParams(_Section):
     # --attention-dropout and --activation-dropout); 0 in every preset, as in Vaswani et al.
     attention_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     activation_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    # The FFN's nonlinearity (transformers' names): relu in every preset, as in Vaswani et al. and fairseq; the
+    # OPUS-MT models use swish (SiLU), BERT-era models gelu.
+    activation: Literal["relu", "gelu", "swish"] | None = None
     tie_embeddings: bool = True
     # How a scratch model's weights are drawn: normal is transformers' N(0, 0.02) for every matrix; xavier is
     # Vaswani et al.'s and fairseq's (stages/train/initialization.py): Xavier-uniform projections, embeddings

@@ -73,7 +73,7 @@ def marian_config(model: Any, vocab_size: int, pad_id: int, eos_id: int, joint_v
         dropout=arch["dropout"],
         attention_dropout=arch.get("attention_dropout", 0.0),  # a spec saved before these existed has neither
         activation_dropout=arch.get("activation_dropout", 0.0),
-        activation_function="relu",
+        activation_function=arch.get("activation", "relu"),
         max_position_embeddings=model["max_positions"],
         scale_embedding=True,
         # A joint vocabulary shares one embedding matrix between encoder, decoder (and output, when tied).

@@ -170,7 +170,7 @@ def test_model_fields_override_the_preset():
 def test_cpu_ref_and_base_presets_match_their_definitions():
     assert PRESETS["cpu-ref"] == dict(
         d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024, dropout=0.1,
-        attention_dropout=0.0, activation_dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, activation="relu",
     )
     assert PRESETS["base"]["d_model"] == 512 and PRESETS["big"]["attention_heads"] == 16
 

@@ -104,7 +104,7 @@ def test_every_config_names_every_key_so_a_default_never_changes_its_run(config)
 def test_the_preset_overrides_default_to_the_preset():
     assert PRESET_OVERRIDES == {f"model.{k}" for k in ("d_model", "encoder_layers", "decoder_layers",
                                                        "attention_heads", "ffn_dim", "dropout",
-                                                       "attention_dropout", "activation_dropout")}
+                                                       "attention_dropout", "activation_dropout", "activation")}
     for key in PRESET_OVERRIDES:
         assert ModelParams.model_fields[key.removeprefix("model.")].default is None, key
 

@@ -81,3 +81,31 @@ def test_attention_and_activation_dropout_reach_the_model_and_drop_under_the_cpu
         assert getattr(model.config, field) == 0.3
         first, second = two_training_losses(model)
         assert first != second, f"{field} drew no masks"
+
+
+def test_the_ffn_activation_reaches_the_model_and_its_saved_config():
+    from pipeline.params import parse
+    from stages.train.model import build_model
+
+    def model_with(**fields: str) -> MarianMTModel:
+        spec = parse({"model": {"preset": "tiny", "dropout": 0.0, **fields}}).model
+        return build_model(spec, vocab_size=64, pad_id=1, eos_id=2)
+
+    assert model_with().config.activation_function == "relu"  # every preset's
+    losses = {}
+    for name in ("relu", "gelu", "swish"):
+        model = model_with(activation=name)
+        assert model.config.activation_function == name
+        torch.manual_seed(0)
+        model = model_with(activation=name)
+        losses[name] = loss_and_grads(model)[0].item()
+    assert len(set(losses.values())) == 3  # the same draw computes three different functions
+
+
+def test_an_unknown_activation_is_refused_by_name():
+    import pytest
+
+    from pipeline.params import ParamsError, parse
+
+    with pytest.raises(ParamsError, match="model.activation = 'tanh'"):
+        parse({"model": {"preset": "tiny", "activation": "tanh"}})
