@@ -1,0 +1,111 @@
+"""bench/train_throughput.py runs as bench/README.md prints it, on a corpus laid out as Multi30k's files: every
+trainer trains, and the goals it prints follow from its own figures. Its model FLOPs per target token, the
+numerator of every MFU it prints, are what torch's own FLOP counter counts on the real model's forward and
+backward pass."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, multi30k_lines
+
+pytestmark = pytest.mark.e2e
+
+BENCH = REPO / "bench" / "train_throughput.py"
+TINY_MODEL = ["d_model=32", "ffn_dim=64", "encoder_layers=1", "decoder_layers=1", "attention_heads=2"]
+
+
+def bench_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("train_throughput_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("encoder_layers", "decoder_layers", "src_len", "tgt_len"), [(2, 3, 11, 7), (1, 1, 3, 19)])
+def test_the_exact_flop_count_is_what_torch_counts_on_the_model(encoder_layers, decoder_layers, src_len, tgt_len):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from pipeline.params import ModelParams
+    from stages.train.model import build_model, model_spec, training_attention
+
+    params = ModelParams(preset="tiny", d_model=32, ffn_dim=48, encoder_layers=encoder_layers,
+                         decoder_layers=decoder_layers, attention_heads=4, dropout=0.0)
+    vocab = 97
+    model = build_model(params, vocab_size=vocab, pad_id=1, eos_id=2)
+    training_attention(model, torch.device("cpu"))  # the eager kernel the loop trains with on CPUs
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(3, vocab, (1, src_len), generator=generator)
+    tgt = torch.randint(3, vocab, (1, tgt_len), generator=generator)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=src, attention_mask=torch.ones_like(src), labels=tgt).loss.backward()
+    per_token, _ = bench_module().flops_per_target_token(model_spec(params)["arch"], vocab, np.array([src_len]),
+                                                         np.array([tgt_len]))
+    assert per_token * tgt_len == counter.get_total_flops()
+
+
+def multi30k_layout(root: Path, pairs: int = 500, valid: int = 100) -> Path:
+    """The first lines of Multi30k's train files, under the names its task-1 files have (train/val .en/.de.gz)."""
+    root.mkdir()
+    for lang in ("en", "de"):
+        lines = multi30k_lines("train", lang, pairs + valid)
+        for name, rows in (("train", lines[:pairs]), ("val", lines[pairs:])):
+            with gzip.open(root / f"{name}.{lang}.gz", "wt", encoding="utf-8") as out:
+                out.write("\n".join(rows) + "\n")
+    return root
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH), "--threads", "1", *args], capture_output=True, text=True,
+                          timeout=600, cwd=REPO, env={"HF_HUB_OFFLINE": "1", "PATH": ""})
+
+
+def test_every_trainer_trains_and_the_goals_follow_from_the_figures(tmp_path):
+    corpus = multi30k_layout(tmp_path / "multi30k")
+    result = bench("--multi30k", str(corpus), "--seconds", "1", "--warmup-steps", "1", "--max-updates", "4",
+                   "--precisions", "fp32", "--vocab-size", "800", "--max-tokens", "256", "--model", *TINY_MODEL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["train_pairs"] == 500 and figures["model"] == "cpu-ref " + " ".join(TINY_MODEL)
+    speeds = {}
+    for trainer in ("ours", "hf", "hf_grouped"):
+        key = f"{trainer}_fp32"
+        assert figures[f"{key}_measured_updates"] >= 1, key
+        assert 0 < figures[f"{key}_padding_efficiency"] <= 1, key
+        speeds[trainer] = figures[f"{key}_tgt_tokens_per_s"]
+        assert speeds[trainer] > 0, key
+        share = speeds[trainer] * figures["train_flops_per_tgt_token"] / (figures["matmul_peak_fp32_gflops"] * 1e9)
+        assert figures[f"{key}_peak_share"] == pytest.approx(share, abs=2e-3), key
+    assert figures["goal_ratio_best_hf"] == pytest.approx(speeds["ours"] / max(speeds["hf"], speeds["hf_grouped"]),
+                                                          abs=2e-3)
+    assert figures["goal_ratio_pass"] == (figures["goal_ratio_best_hf"] >= 1.5)
+    assert figures["goal_peak_share"] == figures["ours_fp32_peak_share"]
+    assert ("PASS" if figures["goal_peak_share_pass"] else "MISS") in result.stdout
+
+
+def test_the_profile_says_where_an_update_spends_its_time(tmp_path):
+    corpus = multi30k_layout(tmp_path / "multi30k")
+    result = bench("--multi30k", str(corpus), "--profile", "3", "--profile-precision", "fp32", "--vocab-size", "800",
+                   "--max-tokens", "256", "--model", *TINY_MODEL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (figures["profile_updates"], figures["precision"]) == (3, "fp32")
+    shares = figures["time_share_by_kind"]
+    assert shares["matmul"] > 0 and sum(shares.values()) == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_missing_corpus_is_named(tmp_path):
+    result = bench("--multi30k", str(tmp_path / "nowhere"), "--seconds", "1")
+    assert result.returncode != 0 and "Multi30k not found in" in result.stderr and "nowhere" in result.stderr
+    assert "Traceback" not in result.stderr
