@@ -8,8 +8,9 @@ logits; it is a buffer that training never changes, all zeros in the models buil
 Marian's output bias in it), so it is added only where it is not zero: a zero add would cost a full pass over the
 logits.
 
-On CPUs the loss runs through `SmoothedCrossEntropy`: a hand-written forward and backward that reads the bf16 (or
-fp32) logits a few rows at a time in fp32, and writes the gradient once, in the logits' dtype. PyTorch's
+On CPUs the loss runs through `SmoothedCrossEntropy`: a hand-written forward that reads the bf16 (or fp32) logits a
+few rows at a time in fp32 and computes the loss and its gradient in one pass, writing the gradient once, in the
+logits' dtype. PyTorch's
 `cross_entropy(label_smoothing=...)` instead casts the whole logits tensor to fp32, writes the log-softmax, a
 zero-filled gradient, the smoothing's gradient and the log-softmax's gradient each as a full fp32 tensor, several
 times the memory traffic (bench/README.md has the profile before and after). GPUs keep PyTorch's fused kernels,
@@ -29,37 +30,41 @@ CPU_CHUNK_ELEMENTS = 1 << 19
 
 class SmoothedCrossEntropy(torch.autograd.Function):
     """sum over rows of logsumexp(x) - (1 - eps) x[target] - eps mean(x), exactly PyTorch's label-smoothed cross
-    entropy with reduction="sum"; its gradient is softmax(x) - (1 - eps) onehot(target) - eps / V."""
+    entropy with reduction="sum"; its gradient is softmax(x) - (1 - eps) onehot(target) - eps / V.
+
+    The loss is the last op of the graph, so its gradient is always wanted: the forward computes it too, from the
+    same fp32 chunk and the same exponentials as the log-sum-exp, and keeps it (in the logits' dtype, in place of
+    the logits) for the backward, which only scales it. Computed in the backward instead, each chunk would be read
+    and cast to fp32 again and its exponentials taken twice (bench/README.md has the profile). The gradient is
+    rounded to the logits' dtype before it is scaled: bf16 logits get a gradient at most one bf16 step further
+    from the exact one than a single rounding would give."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
         rows, vocab = logits.shape
         chunk = max(1, CPU_CHUNK_ELEMENTS // vocab)
-        lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        grad = torch.empty_like(logits)
+        on_target = torch.full((1, 1), -(1.0 - smoothing), dtype=torch.float32, device=logits.device)
         for start in range(0, rows, chunk):
             x = logits[start:start + chunk].float()
-            part = torch.logsumexp(x, dim=1)
-            lse[start:start + chunk] = part
             picked = x.gather(1, target[start:start + chunk, None])
-            total += part.sum() - (1.0 - smoothing) * picked.sum() - (smoothing / vocab) * x.sum()
-        ctx.save_for_backward(logits, target, lse)
-        ctx.smoothing = smoothing
+            total -= (1.0 - smoothing) * picked.sum() + (smoothing / vocab) * x.sum()
+            top = x.amax(dim=1, keepdim=True)
+            p = (x - top).exp_()  # not in place: x is the logits themselves when they are fp32
+            norm = p.sum(dim=1, keepdim=True)
+            total += (top + norm.log()).sum()  # logsumexp(x), row by row
+            p.mul_(norm.reciprocal_())  # softmax
+            p.sub_(smoothing / vocab)
+            p.scatter_add_(1, target[start:start + chunk, None], on_target.expand(p.shape[0], 1))
+            grad[start:start + chunk] = p
+        ctx.save_for_backward(grad)
         return total
 
     @staticmethod
     def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        logits, target, lse = ctx.saved_tensors
-        rows, vocab = logits.shape
-        chunk = max(1, CPU_CHUNK_ELEMENTS // vocab)
-        on_target = torch.full((1, 1), -(1.0 - ctx.smoothing), dtype=torch.float32, device=logits.device)
-        grad = torch.empty_like(logits)
-        for start in range(0, rows, chunk):
-            p = torch.exp(logits[start:start + chunk].float() - lse[start:start + chunk, None])  # softmax
-            p.sub_(ctx.smoothing / vocab)
-            p.scatter_add_(1, target[start:start + chunk, None], on_target.expand(p.shape[0], 1))
-            grad[start:start + chunk] = p.mul_(grad_total)
-        return grad, None, None
+        (grad,) = ctx.saved_tensors
+        return grad * grad_total.to(grad.dtype), None, None
 
 
 def summed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
