@@ -32,19 +32,20 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     """sum over rows of logsumexp(x) - (1 - eps) x[target] - eps mean(x), exactly PyTorch's label-smoothed cross
     entropy with reduction="sum"; its gradient is softmax(x) - (1 - eps) onehot(target) - eps / V.
 
-    The loss is the last op of the graph, so its gradient is always wanted: the forward computes it too, from the
-    same fp32 chunk and the same exponentials as the log-sum-exp, and keeps it (in the logits' dtype, in place of
-    the logits) for the backward, which only scales it. Computed in the backward instead, each chunk would be read
-    and cast to fp32 again and its exponentials taken twice (bench/README.md has the profile). The gradient is
-    rounded to the logits' dtype before it is scaled: bf16 logits get a gradient at most one bf16 step further
-    from the exact one than a single rounding would give."""
+    The loss is the last op of the graph, so where the logits need a gradient (in training, not in validation)
+    the forward computes it too, from the same fp32 chunk and the same exponentials as the log-sum-exp, and keeps
+    it (in the logits' dtype, in place of the logits) for the backward, which only scales it. Computed in the
+    backward instead, each chunk would be read and cast to fp32 again and its exponentials taken twice
+    (bench/README.md has the profile). The gradient is rounded to the logits' dtype before it is scaled: bf16
+    logits get a gradient at most one bf16 step further from the exact one than a single rounding would give."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
         rows, vocab = logits.shape
         chunk = max(1, CPU_CHUNK_ELEMENTS // vocab)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
-        grad = torch.empty_like(logits)
+        wants_grad = ctx.needs_input_grad[0]  # not for a validation loss, computed without autograd
+        grad = torch.empty_like(logits) if wants_grad else None
         on_target = torch.full((1, 1), -(1.0 - smoothing), dtype=torch.float32, device=logits.device)
         for start in range(0, rows, chunk):
             x = logits[start:start + chunk].float()
@@ -54,6 +55,8 @@ class SmoothedCrossEntropy(torch.autograd.Function):
             p = (x - top).exp_()  # not in place: x is the logits themselves when they are fp32
             norm = p.sum(dim=1, keepdim=True)
             total += (top + norm.log()).sum()  # logsumexp(x), row by row
+            if not wants_grad:
+                continue
             p.mul_(norm.reciprocal_())  # softmax
             p.sub_(smoothing / vocab)
             p.scatter_add_(1, target[start:start + chunk, None], on_target.expand(p.shape[0], 1))

@@ -1,6 +1,6 @@
 """The training objective: the hand-written label-smoothed cross entropy is PyTorch's, value and gradient, in fp32
-and from bf16 logits; TokenLoss (the real target rows only, the logits bias only where it is set) is the loss the
-family's own model computes from its labels, for Marian, mBART and M2M-100."""
+and from bf16 logits, with and without autograd; TokenLoss (the real target rows only, the logits bias only where
+it is set) is the loss the family's own model computes from its labels, for Marian, mBART and M2M-100."""
 
 from __future__ import annotations
 
@@ -56,6 +56,17 @@ def test_from_bf16_logits_it_computes_in_fp32_and_returns_a_bf16_gradient():
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-3)
     # Both round the fp32 gradient to bf16 once: at most one bf16 step apart.
     torch.testing.assert_close(grad.float(), logits.grad.float(), rtol=2 ** -7, atol=1e-6)
+
+
+def test_without_autograd_it_computes_the_same_loss_and_keeps_no_gradient():
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(50, 97, generator=generator) * 4
+    target = torch.randint(0, 97, (50,), generator=generator)
+    with torch.no_grad():
+        plain = SmoothedCrossEntropy.apply(logits, target, 0.1)
+    assert not plain.requires_grad and plain.grad_fn is None
+    trained = SmoothedCrossEntropy.apply(logits.clone().requires_grad_(), target, 0.1)
+    assert plain.item() == trained.item()
 
 
 def tiny(config_class, model_class):
