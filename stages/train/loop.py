@@ -118,10 +118,11 @@ class TrainingDiverged(PipelineError):
         )
 
 
-def seq2seq_loss(objective: torch.nn.Module, inputs: dict[str, torch.Tensor], label_smoothing: float) -> torch.Tensor:
+def seq2seq_loss(objective: torch.nn.Module, inputs: dict[str, torch.Tensor], label_smoothing: float,
+                 grad_scale: float = 1.0) -> torch.Tensor:
     """Summed label-smoothed cross entropy over the real target tokens, through `objective` (a loss.TokenLoss, or
     DDP around one)."""
-    return objective(**inputs, label_smoothing=label_smoothing)
+    return objective(**inputs, label_smoothing=label_smoothing, grad_scale=grad_scale)
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
@@ -282,7 +283,7 @@ def forward_backward(run: Run, update: ReadyUpdate) -> torch.Tensor:
         last_micro = m == len(update.inputs) - 1
         with run.objective.no_sync() if run.dist.world > 1 and not last_micro else nullcontext():
             with run.autocast(), run.dropout():
-                loss_sum = seq2seq_loss(run.objective, inputs, run.train_params.label_smoothing)
+                loss_sum = seq2seq_loss(run.objective, inputs, run.train_params.label_smoothing, scale)
             run.scaler.scale(loss_sum * scale).backward()
         update_loss += loss_sum.detach()
     return update_loss

@@ -33,47 +33,61 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     entropy with reduction="sum"; its gradient is softmax(x) - (1 - eps) onehot(target) - eps / V.
 
     The loss is the last op of the graph, so where the logits need a gradient (in training, not in validation)
-    the forward computes it too, from the same fp32 chunk and the same exponentials as the log-sum-exp, and keeps
-    it (in the logits' dtype, in place of the logits) for the backward, which only scales it. Computed in the
-    backward instead, each chunk would be read and cast to fp32 again and its exponentials taken twice
-    (bench/README.md has the profile). The gradient is rounded to the logits' dtype before it is scaled: bf16
-    logits get a gradient at most one bf16 step further from the exact one than a single rounding would give."""
+    the forward computes it too, from the same fp32 chunk and the same exponentials as the log-sum-exp, times
+    `grad_scale`, the factor the loop will scale the loss by (1 / the update's target tokens), and keeps it in the
+    logits' dtype, in place of the logits, for the backward. Computed in the backward instead, each chunk would be
+    read and cast to fp32 again and its exponentials taken twice; scaled in the backward, the whole gradient would
+    be read and written once more, out of cache (bench/train_loss.py). A backward that brings another factor than
+    `grad_scale` gets a correct gradient all the same, rescaled (and rounded twice)."""
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, smoothing: float,
+                grad_scale: float = 1.0) -> torch.Tensor:
         rows, vocab = logits.shape
         chunk = max(1, CPU_CHUNK_ELEMENTS // vocab)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
         wants_grad = ctx.needs_input_grad[0]  # not for a validation loss, computed without autograd
         grad = torch.empty_like(logits) if wants_grad else None
-        on_target = torch.full((1, 1), -(1.0 - smoothing), dtype=torch.float32, device=logits.device)
+        in_grad = wants_grad and logits.dtype == torch.float32
+        on_target = torch.full((1, 1), -(1.0 - smoothing) * grad_scale, dtype=torch.float32, device=logits.device)
         for start in range(0, rows, chunk):
             x = logits[start:start + chunk].float()
             picked = x.gather(1, target[start:start + chunk, None])
             total -= (1.0 - smoothing) * picked.sum() + (smoothing / vocab) * x.sum()
             top = x.amax(dim=1, keepdim=True)
-            p = (x - top).exp_()  # not in place: x is the logits themselves when they are fp32
+            # Not in place: x is the logits themselves when they are fp32; their gradient's rows are then written
+            # where it goes, with no copy at the end.
+            p = torch.sub(x, top, out=grad[start:start + chunk]) if in_grad else x - top
+            p.exp_()
             norm = p.sum(dim=1, keepdim=True)
             total += (top + norm.log()).sum()  # logsumexp(x), row by row
             if not wants_grad:
                 continue
-            p.mul_(norm.reciprocal_())  # softmax
-            p.sub_(smoothing / vocab)
+            p.mul_(norm.reciprocal_().mul_(grad_scale))  # softmax, scaled
+            p.sub_(smoothing / vocab * grad_scale)
             p.scatter_add_(1, target[start:start + chunk, None], on_target.expand(p.shape[0], 1))
-            grad[start:start + chunk] = p
+            if not in_grad:
+                grad[start:start + chunk] = p  # rounded to the logits' dtype
         ctx.save_for_backward(grad)
+        # The factor as the backward will bring it: the loop's scale, a Python float, multiplies an fp32 loss.
+        ctx.grad_scale = torch.tensor(grad_scale, dtype=torch.float32).item()
         return total
 
     @staticmethod
-    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (grad,) = ctx.saved_tensors
-        return grad * grad_total.to(grad.dtype), None, None
+        if grad_total.item() == ctx.grad_scale:
+            return grad, None, None, None
+        # In fp32: a GradScaler's factor (2 ** 16) is already infinite in fp16.
+        return (grad.float() * (grad_total / ctx.grad_scale)).to(grad.dtype), None, None, None
 
 
-def summed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """The summed label-smoothed cross entropy of (rows, vocab) logits, computed in fp32 whatever their dtype."""
+def summed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float,
+                         grad_scale: float = 1.0) -> torch.Tensor:
+    """The summed label-smoothed cross entropy of (rows, vocab) logits, computed in fp32 whatever their dtype.
+    `grad_scale`: the factor the caller scales it by before backward (on CPUs the gradient is made scaled)."""
     if logits.device.type == "cpu":
-        return SmoothedCrossEntropy.apply(logits, target, smoothing)
+        return SmoothedCrossEntropy.apply(logits, target, smoothing, grad_scale)
     return F.cross_entropy(logits.float(), target, label_smoothing=smoothing, reduction="sum")
 
 
@@ -88,11 +102,13 @@ class TokenLoss(torch.nn.Module):
         self.adds_logits_bias = bias is not None and bool(bias.any())
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
-                labels: torch.Tensor, target_positions: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+                labels: torch.Tensor, target_positions: torch.Tensor, label_smoothing: float = 0.0,
+                grad_scale: float = 1.0) -> torch.Tensor:
         hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask,
                                        decoder_input_ids=decoder_input_ids, use_cache=False).last_hidden_state
         real = hidden.reshape(-1, hidden.size(-1)).index_select(0, target_positions)
         logits = self.model.get_output_embeddings()(real)
         if self.adds_logits_bias:
             logits = logits.float() + self.model.final_logits_bias[0]
-        return summed_cross_entropy(logits, labels.reshape(-1).index_select(0, target_positions), label_smoothing)
+        return summed_cross_entropy(logits, labels.reshape(-1).index_select(0, target_positions), label_smoothing,
+                                    grad_scale)

@@ -231,8 +231,8 @@ def poison(monkeypatch, bad_calls):
 
     real, calls = loop.seq2seq_loss, {"n": 0}
 
-    def patched(model, inputs, label_smoothing):
-        loss = real(model, inputs, label_smoothing)
+    def patched(model, inputs, label_smoothing, *scale):
+        loss = real(model, inputs, label_smoothing, *scale)
         if model.training:
             calls["n"] += 1
             if bad_calls(calls["n"]):
@@ -271,7 +271,7 @@ def test_early_stopping_after_patience_validations_without_improvement(tokenized
 
     real = loop.seq2seq_loss
     # A valid loss that never improves after the first validation.
-    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls: real(m, i, ls) if m.training else
+    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls, *scale: real(m, i, ls, *scale) if m.training else
                         (i["labels"] != -100).sum().double() * 5)
     _, metrics = run_training(tokenized, tmp_path, train={"max_steps": 100, "valid_every": 4, "patience": 2})
     assert metrics["stop_reason"] == "early_stopping" and metrics["steps"] == 12 and metrics["best_step"] == 4
@@ -498,9 +498,9 @@ def test_two_directions_mix_in_training_batches_and_are_validated_apart_and_deci
         [">>de<<", ">>fr<<"])
     real, first_tokens = loop.seq2seq_loss, {True: [], False: []}
 
-    def recording(model, inputs, label_smoothing):  # which target tags start the batch's sources
+    def recording(model, inputs, label_smoothing, *scale):  # which target tags start the batch's sources
         first_tokens[model.training].append(set(inputs["input_ids"][:, 0].tolist()))
-        return real(model, inputs, label_smoothing)
+        return real(model, inputs, label_smoothing, *scale)
 
     monkeypatch.setattr(loop, "seq2seq_loss", recording)
     paths, metrics = run_training(two_directions, tmp_path, train={"valid_bleu_sentences": 8})

@@ -92,8 +92,8 @@ def test_fp16_autocast_with_grad_scaler_skips_an_overflow_lowers_the_scale_and_t
 
     real, seen = loop.seq2seq_loss, {"calls": 0, "fp16": 0}
 
-    def overflow_on_third(model, inputs, label_smoothing):
-        loss = real(model, inputs, label_smoothing)
+    def overflow_on_third(model, inputs, label_smoothing, *scale):
+        loss = real(model, inputs, label_smoothing, *scale)
         if model.training:
             seen["calls"] += 1
             seen["fp16"] += torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16
@@ -199,7 +199,7 @@ def test_without_a_finite_validation_loss_models_final_holds_the_last_weights(to
     from stages.train import loop
 
     real = loop.seq2seq_loss
-    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls: real(m, i, ls) if m.training else
+    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls, *scale: real(m, i, ls, *scale) if m.training else
                         real(m, i, ls) * float("nan"))
     with caplog.at_level(logging.WARNING, logger="mtpipe.train"):
         paths, metrics = run_training(tokenized, tmp_path, max_steps=6, valid_every=3)
@@ -267,8 +267,8 @@ def test_deterministic_switch_runs_on_cpu_with_the_same_weights_as_without(token
     from stages.train import loop
 
     real, inside = loop.seq2seq_loss, []
-    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls: inside.append(
-        torch.are_deterministic_algorithms_enabled()) or real(m, i, ls))
+    monkeypatch.setattr(loop, "seq2seq_loss", lambda m, i, ls, *scale: inside.append(
+        torch.are_deterministic_algorithms_enabled()) or real(m, i, ls, *scale))
     default, _ = run_training(tokenized, tmp_path / "default", max_steps=6)
     assert not any(inside)
     inside.clear()

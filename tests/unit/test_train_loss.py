@@ -46,17 +46,21 @@ def test_from_bf16_logits_it_computes_in_fp32_and_returns_a_bf16_gradient():
     generator = torch.Generator().manual_seed(1)
     logits = (torch.randn(130, 8001, generator=generator) * 3).bfloat16().requires_grad_()
     target = torch.randint(0, 8001, (130,), generator=generator)
-    ours = SmoothedCrossEntropy.apply(logits, target, 0.1)
-    (ours / 130).backward()  # the loop scales the summed loss by 1 / target tokens
+    scale = 1 / 130  # the loop scales the summed loss by 1 / the update's target tokens, and says so to the loss
+    ours = SmoothedCrossEntropy.apply(logits, target, 0.1, scale)
+    (ours * scale).backward()
     grad = logits.grad.clone()
     logits.grad = None
     theirs = reference(logits, target, 0.1)  # PyTorch on the same values, cast to fp32
-    (theirs / 130).backward()
+    (theirs * scale).backward()
     assert ours.dtype == torch.float32 and grad.dtype == torch.bfloat16
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-3)
-    # PyTorch rounds the scaled fp32 gradient to bf16 once; ours rounds it before and after the scaling: at most
-    # about one bf16 step (2 ** -8 relative) further.
+    # Both round the scaled fp32 gradient to bf16 once: at most one bf16 step apart.
     torch.testing.assert_close(grad.float(), logits.grad.float(), rtol=2 ** -7, atol=1e-8)
+    # Scaled by another factor than it was told, the loss rescales its gradient (rounding it twice).
+    logits.grad = None
+    (SmoothedCrossEntropy.apply(logits, target, 0.1, 1.0) * scale).backward()
+    torch.testing.assert_close(logits.grad.float(), grad.float(), rtol=2 ** -6, atol=1e-8)
 
 
 def test_without_autograd_it_computes_the_same_loss_and_keeps_no_gradient():
