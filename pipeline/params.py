@@ -457,6 +457,9 @@ class ModelParams(_Section):
         if self.init == "pretrained" and self.weight_init != "normal":
             raise ValueError(f"weight_init '{self.weight_init}' draws a model trained from scratch; a pretrained one "
                              "keeps its weights (set weight_init: normal, or init: scratch)")
+        if self.init == "pretrained" and self.activation is not None:
+            raise ValueError(f"activation '{self.activation}' shapes a model trained from scratch; a pretrained one "
+                             "computes its own (set activation: null, or init: scratch)")
         bad = [lang for lang in self.language_codes if not re.fullmatch(r"[a-z]{2,3}", lang)]
         if bad:
             raise ValueError(f"language_codes: keys are the directions' ISO codes (e.g. en), not {bad}")

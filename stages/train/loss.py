@@ -10,11 +10,10 @@ logits.
 
 On CPUs the loss runs through `SmoothedCrossEntropy`: a hand-written forward that reads the bf16 (or fp32) logits a
 few rows at a time in fp32 and computes the loss and its gradient in one pass, writing the gradient once, in the
-logits' dtype. PyTorch's
-`cross_entropy(label_smoothing=...)` instead casts the whole logits tensor to fp32, writes the log-softmax, a
-zero-filled gradient, the smoothing's gradient and the log-softmax's gradient each as a full fp32 tensor, several
-times the memory traffic (bench/README.md has the profile before and after). GPUs keep PyTorch's fused kernels,
-which this chunked loop was not measured against.
+logits' dtype. PyTorch's `cross_entropy(label_smoothing=...)` instead casts the whole logits tensor to fp32, writes
+the log-softmax, a zero-filled gradient, the smoothing's gradient and the log-softmax's gradient each as a full fp32
+tensor, several times the memory traffic (bench/README.md has the profile before and after). GPUs keep PyTorch's
+fused kernels, which this chunked loop was not measured against.
 """
 
 from __future__ import annotations

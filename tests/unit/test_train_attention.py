@@ -109,3 +109,12 @@ def test_an_unknown_activation_is_refused_by_name():
 
     with pytest.raises(ParamsError, match="model.activation = 'tanh'"):
         parse({"model": {"preset": "tiny", "activation": "tanh"}})
+
+
+def test_a_pretrained_model_refuses_an_activation_of_its_own():
+    import pytest
+
+    from pipeline.params import ParamsError, parse
+
+    with pytest.raises(ParamsError, match="computes its own"):
+        parse({"model": {"init": "pretrained", "name_or_path": "ckpt/opus-mt-en-de", "activation": "swish"}})
