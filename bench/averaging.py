@@ -1,7 +1,7 @@
 """Benchmark: how many checkpoints to average, chosen on a split that is not the test set.
 
     .venv/bin/python bench/averaging.py --run DIR [--last 1 5 10 20] [--split val] [--threads 2]
-        [--directions en-de] [--length-penalty 1.3] [--beam 6] [--until 5300]
+        [--directions en-de] [--length-penalty 1.3] [--beam 6] [--until 5300] [--hyp-dir OUT] [--lowercased-tokenized]
 
 DIR is a project directory after `dvc repro` (or `dvc repro evaluate`) with `train.average_last` at least the
 largest K asked for: its models/checkpoints/average/ holds the weights of the last updates (one every
@@ -13,7 +13,9 @@ with sacreBLEU, as the evaluate stage scores it. A run of one `average_last` thu
 averaging is not part of the training trajectory. `--length-penalty` and `--beam` decode with another
 `evaluate.length_penalty` or `evaluate.beam` (the decoding choices, made on val too); `--directions` scores only those;
 `--hyp-dir` also writes each translation as OUT/<split>.<direction>.last<K>.hyp.txt, one line a sentence as the
-evaluate stage's reports/eval/*.hyp.txt (for the lowercased Moses-tokenized figure, bench/README.md).
+evaluate stage's reports/eval/*.hyp.txt. `--lowercased-tokenized` also scores BLEU the Multi30k papers' way:
+hypotheses and references tokenized by Moses' tokenizer (sacremoses, as `sacremoses -l LANG -j 1 tokenize -x`), then
+lowercased BLEU on those tokens (`sacrebleu -tok none -lc`), the command bench/README.md prints.
 `--until UPDATE` averages the last K snapshots taken at or before UPDATE: what the same run with
 `train.max_steps: UPDATE` would have averaged, since with the inverse-sqrt schedule nothing before an update
 depends on max_steps (a decaying schedule does, and is refused). One long run thus also answers for shorter
@@ -51,6 +53,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hyp-dir", type=Path, help="also write the translations here, one file per K and direction")
     parser.add_argument("--until", type=int, metavar="UPDATE",
                         help="as if the run had stopped at this update: only the snapshots taken up to it")
+    parser.add_argument("--lowercased-tokenized", action="store_true",
+                        help="also BLEU lowercased on Moses-tokenized text, the Multi30k papers' convention")
     return parser.parse_args()
 
 
@@ -109,6 +113,19 @@ def split_pairs(paths: Paths, args: argparse.Namespace, model_directions: list[s
     return pairs, directions
 
 
+def lowercased_tokenized_bleu(hyps: list[str], refs: list[str], language: str) -> tuple[float, str]:
+    """BLEU and its signature as the Multi30k papers score: both sides through Moses' tokenizer for the target
+    language (XML-escaped, as the sacremoses command writes them), then sacreBLEU lowercased with no tokenizer of
+    its own."""
+    from sacrebleu.metrics import BLEU
+    from sacremoses import MosesTokenizer
+
+    moses = MosesTokenizer(lang=language)
+    tokenized = [[moses.tokenize(line, return_str=True) for line in side] for side in (hyps, refs)]
+    bleu = BLEU(tokenize="none", lowercase=True, force=True)  # tokenized on purpose: no warning about it
+    return round(bleu.corpus_score(tokenized[0], [tokenized[1]]).score, 2), str(bleu.get_signature())
+
+
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -144,11 +161,14 @@ def main() -> None:
         weights, steps = average_snapshots(paths.checkpoints, k, args.until)
         model.load_state_dict(weights)
         start = time.perf_counter()
-        row = {}
+        row, tokenized_row = {}, {}
         for direction in directions:
             sources, refs = pairs[direction][1:]
             hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
             row[direction] = score(hyps, refs)["bleu"]
+            if args.lowercased_tokenized:
+                tokenized_row[direction], signature = lowercased_tokenized_bleu(hyps, refs, direction.split("-")[1])
+                figures["lowercased_tokenized_signature"] = signature
             if args.hyp_dir:
                 write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
         mean = sum(row.values()) / len(row)
@@ -156,6 +176,9 @@ def main() -> None:
               + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
         figures[f"last_{k}"] = {"first_update": steps[0], "last_update": steps[-1], "bleu": row,
                                 "mean_bleu": round(mean, 2)}
+        if tokenized_row:
+            print("          lowercased tokenized: " + "  ".join(f"{d} {b:.2f}" for d, b in tokenized_row.items()))
+            figures[f"last_{k}"]["bleu_lowercased_tokenized"] = tokenized_row
     print(json.dumps(figures))
 
 

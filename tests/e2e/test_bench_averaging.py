@@ -18,7 +18,7 @@ from pipeline.corpus import read_pairs_by_direction
 from pipeline.params import parse
 from pipeline.runtime.model_languages import ModelLanguages
 from stages import tokenize, train
-from tests.conftest import REPO, write_clean_splits
+from tests.conftest import REPO, multi30k_lines, write_clean_splits
 
 pytestmark = pytest.mark.e2e
 
@@ -147,3 +147,51 @@ def test_until_refuses_an_update_without_a_snapshot_and_a_decaying_schedule(run_
     refused = averaging(decaying, "--until", "200", "--last", "1")
     assert refused.returncode != 0 and "train.lr_schedule linear" in refused.stderr
     assert "Traceback" not in refused.stderr + between.stderr + too_few.stderr
+
+
+
+def moses_lowercased_bleu(reference: Path, hypothesis: Path) -> float:
+    """bench/README.md's command for the Multi30k papers' figure, run with the tools' own CLIs."""
+    tools = Path(sys.executable).parent
+    tokenized = []
+    for path in (reference, hypothesis):
+        with path.open(encoding="utf-8") as text, path.with_suffix(".tok").open("w", encoding="utf-8") as tokens:
+            subprocess.run([str(tools / "sacremoses"), "-l", "de", "-j", "1", "tokenize", "-x"], stdin=text,
+                           stdout=tokens, check=True)
+        tokenized.append(str(path.with_suffix(".tok")))
+    cli = subprocess.run([str(tools / "sacrebleu"), tokenized[0], "-i", tokenized[1], "-tok", "none", "-lc", "-m",
+                          "bleu", "-b", "-w", "2"], capture_output=True, text=True, check=True)
+    return float(cli.stdout.strip())
+
+
+def test_lowercased_tokenized_bleu_is_what_the_sacremoses_and_sacrebleu_commands_compute(tmp_path):
+    """On Multi30k's German references and a damaged copy of them (words dropped, case and punctuation changed):
+    the bench's figure is the commands' and differs from the cased 13a BLEU the stage reports."""
+    import importlib.util
+
+    from stages.evaluate import score
+
+    spec = importlib.util.spec_from_file_location("averaging_bench", REPO / "bench" / "averaging.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    refs = multi30k_lines("test_2016_flickr", "de", 300)
+    hyps = [" ".join(ref.split()[: -1 - i % 3]) + ("." if i % 2 else "") for i, ref in enumerate(refs)]
+    hyps = [hyp.lower() if i % 4 == 0 else hyp for i, hyp in enumerate(hyps)]
+    (tmp_path / "ref.txt").write_text(lines(refs), encoding="utf-8")
+    (tmp_path / "hyp.txt").write_text(lines(hyps), encoding="utf-8")
+
+    figure, signature = bench.lowercased_tokenized_bleu(hyps, refs, "de")
+    assert figure == moses_lowercased_bleu(tmp_path / "ref.txt", tmp_path / "hyp.txt")
+    assert 10 < figure < 90 and figure != score(hyps, refs)["bleu"]
+    assert signature == "nrefs:1|case:lc|eff:no|tok:none|smooth:exp|version:2.6.0"
+
+
+def test_lowercased_tokenized_option_scores_the_runs_translations(run_dir, tmp_path):
+    result = averaging(run_dir, "--last", "3", "--split", "test", "--hyp-dir", str(tmp_path), "--lowercased-tokenized")
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    refs = read_pairs_by_direction(Paths(run_dir).split_file(Paths(run_dir).clean, "test"))["en-de"][2]
+    (tmp_path / "ref.txt").write_text(lines(refs), encoding="utf-8")
+    expected = moses_lowercased_bleu(tmp_path / "ref.txt", tmp_path / "test.en-de.last3.hyp.txt")
+    assert figures["last_3"]["bleu_lowercased_tokenized"] == {"en-de": expected}
+    assert "lowercased tokenized: en-de" in result.stdout
