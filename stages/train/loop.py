@@ -1,56 +1,24 @@
 """The training engine: `train(spec)` = setup -> restore -> fit -> finish, over an explicit `TrainState`.
 
-Run in the stage's own process (`train(spec)`), or by torchrun with one process per device: the stage relaunches
-itself as `torchrun ... -m stages.train.loop spec.json` when `train.nproc` > 1. The spec is plain JSON (the
-validated train params, the model settings, the evaluate stage's output length rule, the project root), so this
-module and its workers import only torch, transformers, numpy and, when installed, dvclive (with psutil),
-sacrebleu and nvidia-ml-py: the engine runs on a GPU machine that has nothing else of this project's
-dependencies (bench/gpu_check.sh runs it there).
+Run in the stage's own process, or by torchrun with one process per device: the stage relaunches itself as
+`torchrun ... -m stages.train.loop spec.json` when `train.nproc` > 1. The spec is plain JSON, so this module and its
+workers import only torch, transformers, numpy and, when installed, dvclive (with psutil), sacrebleu and
+nvidia-ml-py: the engine runs on a GPU machine that has nothing else of this project's dependencies
+(bench/gpu_check.sh runs it there). The data, model, objective, batches, prefetching, checkpoints, resume decision
+and torch settings are their own modules' (data.py, sampling.py, model.py, loss.py, batching.py, prefetch.py,
+checkpoint.py, resume.py, kernels.py); determinism is README.md's "Train on GPUs". What this file decides:
 
-The data (data.py): the encoded arrays and each pair's direction. With several directions each epoch trains on
-a temperature-sampled draw of every direction's pairs (sampling.py), so batches mix directions; validation
-measures loss and BLEU per direction and goes by their mean (directions.py). One direction trains as always.
-
-The model (model.py): built from the params, or a pretrained checkpoint of one of the supported families, checked
-before its weights load. Each batch's decoder inputs are its labels shifted as that family's model shifts them,
-from each direction's start id (batching.Collator; languages.json records it), and train-time BLEU decodes each
-direction after its decoder prefix (bleu.py). `train.freeze` fixes the embeddings or the encoder (they take no
-gradient, so AdamW leaves them as they are); `train.gradient_checkpointing` recomputes activations in backward
-and takes the same updates as without it.
-
-The objective (loss.py): the summed label-smoothed cross entropy of the real target tokens, as a module around
-the model that DDP wraps whole; it projects only those tokens onto the vocabulary, and on CPUs computes the loss
-from the bf16 logits a few rows at a time in fp32 instead of through full-size fp32 copies.
-
-An update consumes `world x update_freq` token-bucketed batches (batching.py says which rank gets which). Its
-gradient is that of the summed token losses of all those batches divided by their real target tokens, so it is
-the same whether the batches are spread over processes or accumulated in one: 2 processes x 1 micro-batch and
-1 process x 2 micro-batches take the same update (up to float rounding; dropout masks differ).
-
-Keeping a GPU busy: the next updates' batches are built in a background thread into pinned memory
-(prefetch.py), and nothing waits for the device in the middle of an update. The optimizer step of an update
-with a non-finite gradient is skipped on the device (fused AdamW takes the flag, as it does from GradScaler);
-the host reads the update's gradient norm one update later, after the next update's forward and backward are
-queued, and only then books it (step count, schedule, skipped updates). Updates after which something happens
-(a log line, validation, a checkpoint, the end of an epoch, the last update) are booked at once, so every such
-event sees the state right after its update, as if nothing were lagged. On CUDA, `precision: fp32` runs its
-matmuls in TF32 on the tensor cores (kernels.py).
-
-Exact resume: models/checkpoints/last.pt (see checkpoint.py) holds the model, optimizer, schedule, GradScaler,
-every rank's RNG states and the data position (epoch + update index in that epoch's batch list, which is a pure
-function of the seed and the epoch, the temperature-sampled pairs of an epoch included). Rank 0 decides whether
-it resumes and every rank follows (resume.py). A run started while a matching last.pt exists continues from it
-and takes the updates the uninterrupted run would have taken.
-
-Determinism: on CPUs a run is exact: the same seed, data and thread count give bit-identical weights, and a
-resumed run the same weights as an uninterrupted one (the tests check both). On CUDA the same holds only up to
-GPU kernel non-determinism (atomic adds in some backward kernels, such as the embedding and attention
-gradients, and cuBLAS algorithms that depend on its workspace), so two runs, or a run and its resume, agree to
-rounding, not bitwise, and drift apart slowly; `train.deterministic: true` asks PyTorch for deterministic
-kernels (kernels.py), at some speed cost, and raises where an op has none (bench/gpu_check.sh checks a bf16
-run and its SIGKILLed resume for identical bits with it). DDP replicas stay bit-identical either way: they
-apply the same all-reduced gradients (the final digest check says so). Dropout masks differ between CPUs and
-GPUs (dropout.py), so a checkpoint moved from one to the other continues, but not along the same path.
+- An update consumes `world x update_freq` batches, and its gradient is that of their summed token losses divided by
+  their real target tokens, so 2 processes x 1 micro-batch and 1 process x 2 micro-batches take the same update (up
+  to float rounding; dropout masks differ).
+- Nothing waits for the device in the middle of an update. The optimizer step of an update with a non-finite
+  gradient is skipped on the device (fused AdamW takes the flag, as it does from GradScaler); the host reads the
+  update's gradient norm one update later, after the next update's forward and backward are queued, and only then
+  books it (step count, schedule, skipped updates). Updates after which something happens (a log line, validation,
+  a checkpoint, the end of an epoch, the last update) are booked at once, so every such event sees the state right
+  after its update, as if nothing were lagged.
+- A run started while a matching models/checkpoints/last.pt exists continues from it and takes the updates the
+  uninterrupted run would have taken.
 """
 
 from __future__ import annotations
