@@ -134,6 +134,7 @@ def main() -> None:
 
     from pipeline.artifacts import Paths
     from pipeline.params import load
+    from pipeline.runtime.languages import Direction
     from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import load_model, score, translate
     from stages.evaluate.sentences import write_hypotheses
@@ -167,8 +168,9 @@ def main() -> None:
             hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
             row[direction] = score(hyps, refs)["bleu"]
             if args.lowercased_tokenized:
-                tokenized_row[direction], signature = lowercased_tokenized_bleu(hyps, refs, direction.split("-")[1])
-                figures["lowercased_tokenized_signature"] = signature
+                target = Direction.parse(direction).tgt
+                tokenized_row[direction], figures["lowercased_tokenized_signature"] = \
+                    lowercased_tokenized_bleu(hyps, refs, target)
             if args.hyp_dir:
                 write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
         mean = sum(row.values()) / len(row)

@@ -149,7 +149,6 @@ def test_until_refuses_an_update_without_a_snapshot_and_a_decaying_schedule(run_
     assert "Traceback" not in refused.stderr + between.stderr + too_few.stderr
 
 
-
 def moses_lowercased_bleu(reference: Path, hypothesis: Path) -> float:
     """bench/README.md's command for the Multi30k papers' figure, run with the tools' own CLIs."""
     tools = Path(sys.executable).parent
