@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 if TYPE_CHECKING:  # the bench imports the project lazily, after its arguments are parsed
     from pipeline.artifacts import Paths
     from pipeline.params import EvaluateParams
+    from pipeline.runtime.model_languages import ModelLanguages
 
 
 def parse_args() -> argparse.Namespace:
@@ -126,6 +127,27 @@ def lowercased_tokenized_bleu(hyps: list[str], refs: list[str], language: str) -
     return round(bleu.corpus_score(tokenized[0], [tokenized[1]]).score, 2), str(bleu.get_signature())
 
 
+def score_directions(model: Any, tokenizer: Any, languages: ModelLanguages, pairs: dict, directions: list[str],
+                     decoding: EvaluateParams, args: argparse.Namespace, k: int,
+                     ) -> tuple[dict[str, float], dict[str, float], str | None]:
+    """One averaged model's BLEU per direction as the evaluate stage scores it, and, with --lowercased-tokenized,
+    the papers' figure and its signature; writes each direction's translations under --hyp-dir when given."""
+    from pipeline.runtime.languages import Direction
+    from stages.evaluate import score, translate
+    from stages.evaluate.sentences import write_hypotheses
+
+    row, tokenized_row, signature = {}, {}, None
+    for direction in directions:
+        sources, refs = pairs[direction][1:]
+        hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
+        row[direction] = score(hyps, refs)["bleu"]
+        if args.lowercased_tokenized:
+            tokenized_row[direction], signature = lowercased_tokenized_bleu(hyps, refs, Direction.parse(direction).tgt)
+        if args.hyp_dir:
+            write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
+    return row, tokenized_row, signature
+
+
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -134,10 +156,8 @@ def main() -> None:
 
     from pipeline.artifacts import Paths
     from pipeline.params import load
-    from pipeline.runtime.languages import Direction
     from pipeline.runtime.model_languages import ModelLanguages
-    from stages.evaluate import load_model, score, translate
-    from stages.evaluate.sentences import write_hypotheses
+    from stages.evaluate import load_model
     from stages.train.checkpoint import average_snapshots
 
     torch.set_num_threads(args.threads)
@@ -162,17 +182,8 @@ def main() -> None:
         weights, steps = average_snapshots(paths.checkpoints, k, args.until)
         model.load_state_dict(weights)
         start = time.perf_counter()
-        row, tokenized_row = {}, {}
-        for direction in directions:
-            sources, refs = pairs[direction][1:]
-            hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
-            row[direction] = score(hyps, refs)["bleu"]
-            if args.lowercased_tokenized:
-                target = Direction.parse(direction).tgt
-                tokenized_row[direction], figures["lowercased_tokenized_signature"] = \
-                    lowercased_tokenized_bleu(hyps, refs, target)
-            if args.hyp_dir:
-                write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
+        row, tokenized_row, signature = score_directions(model, tokenizer, languages, pairs, directions, decoding,
+                                                         args, k)
         mean = sum(row.values()) / len(row)
         print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
               + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
@@ -181,6 +192,7 @@ def main() -> None:
         if tokenized_row:
             print("          lowercased tokenized: " + "  ".join(f"{d} {b:.2f}" for d, b in tokenized_row.items()))
             figures[f"last_{k}"]["bleu_lowercased_tokenized"] = tokenized_row
+            figures["lowercased_tokenized_signature"] = signature
     print(json.dumps(figures))
 
 
