@@ -323,7 +323,7 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtpipe", description="Reproducible MT training pipeline over one DVC DAG.")
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="dvc repro, then print the summary")
@@ -337,22 +337,46 @@ def main(argv: list[str] | None = None) -> int:
     _add_flow_parser(sub)
     _add_translate_parser(sub)
     _add_serve_parser(sub)
-    args = parser.parse_args(argv)
-    paths = Paths()
+    return parser
 
+
+def params_command(file: str) -> int:
+    try:
+        params = load(file)
+    except ParamsError as err:
+        print(err, file=sys.stderr)
+        return 2
+    effective = params.model_dump(by_alias=True)
+    effective["model"]["architecture"] = params.model.architecture()
+    print(json.dumps(effective, indent=2))
+    return 0
+
+
+def run_command(force: bool, paths: Paths) -> int:
+    try:
+        load("params.yaml")  # fail on bad params before DVC starts anything
+    except ParamsError as err:
+        print(err, file=sys.stderr)
+        return 2
+    ensure_dvc_repo(paths.root)
+    # Stage commands run `python -m stages.<name>`: put this environment's bin first so they use it.
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    result = subprocess.run([*_dvc(), "repro", *(["--force"] if force else [])], env=env)
+    if result.returncode != 0:
+        return result.returncode
+    print()
+    print(summary(paths))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    paths = Paths()
     if args.command == "flow":
         return flow_command(args)
-
     if args.command == "params":
-        try:
-            params = load(args.file)
-        except ParamsError as err:
-            print(err, file=sys.stderr)
-            return 2
-        effective = params.model_dump(by_alias=True)
-        effective["model"]["architecture"] = params.model.architecture()
-        print(json.dumps(effective, indent=2))
-        return 0
+        return params_command(args.file)
     if args.command == "summary":
         print(summary(paths))
         return 0
@@ -364,22 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         return translate(args)
     if args.command == "serve":
         return serve_command(args)
-    # run
-    try:
-        load("params.yaml")  # fail on bad params before DVC starts anything
-    except ParamsError as err:
-        print(err, file=sys.stderr)
-        return 2
-    ensure_dvc_repo(paths.root)
-    # Stage commands run `python -m stages.<name>`: put this environment's bin first so they use it.
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    result = subprocess.run([*_dvc(), "repro", *(["--force"] if args.force else [])], env=env)
-    if result.returncode != 0:
-        return result.returncode
-    print()
-    print(summary(paths))
-    return 0
+    return run_command(args.force, paths)
 
 
 if __name__ == "__main__":
