@@ -197,7 +197,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+def print_runs(results: list[dict[str, Any]]) -> None:
     rows = [f"{'pairs':>9}  {'stage':<9} {'run s':>8} {'import s':>8} {'pairs/s':>9} {'peak MB':>8} {'import MB':>9}"]
     for r in results:
         for stage, s in r["stages"].items():
@@ -213,20 +213,31 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         c = r["clean_train"]
         print(f"  {r['pairs']:>9,}: kept {c['kept']:,}, rejected {c['rejected']:,} {c['reasons']}")
 
+
+def rss_growth(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Each stage's peak RSS at the largest size over the smallest ({} for one size), printed."""
+    if len(results) < 2:
+        return {}
+    first, last = results[0], results[-1]
+    flat = {stage: round(last["stages"][stage]["peak_rss_mb"] / first["stages"][stage]["peak_rss_mb"], 3)
+            for stage in STAGES}
+    print(f"peak RSS ratio {last['pairs']:,} / {first['pairs']:,} pairs: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in flat.items()))
+    if first["pairs"] < STAGE_BATCH_ROWS:
+        print(f"  (the smallest size fits in one {STAGE_BATCH_ROWS:,}-row batch, so this ratio overstates growth)")
+    return flat
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    print_runs(results)
+
     proj = {stage: projection(results, stage) for stage in STAGES} | {"total": projection(results, None)}
     basis = "line through the two largest sizes" if len(results) > 1 else "proportional to the one size"
     print(f"\nprojected run seconds at {PROJECT_TO:,} pairs ({basis}; start-up imports excluded): "
           + ", ".join(f"{k} {v:,.0f}" for k, v in proj.items()))
 
-    first, last = results[0], results[-1]
-    flat = ({stage: round(last["stages"][stage]["peak_rss_mb"] / first["stages"][stage]["peak_rss_mb"], 3)
-             for stage in STAGES} if len(results) > 1 else {})
-    if flat:
-        print(f"peak RSS ratio {last['pairs']:,} / {first['pairs']:,} pairs: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in flat.items()))
-        if first["pairs"] < STAGE_BATCH_ROWS:
-            print(f"  (the smallest size fits in one {STAGE_BATCH_ROWS:,}-row batch, so this ratio overstates growth)")
-
+    flat = rss_growth(results)
+    last = results[-1]
     clean_rate = last["stages"]["clean"]["pairs_per_s"]
     peak = max(r["total"]["peak_rss_mb"] for r in results)
     worst_ratio = max(flat.values()) if flat else None
