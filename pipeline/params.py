@@ -494,7 +494,7 @@ class TrainParams(_Section):
     # inverse_sqrt: warmup, then 1/sqrt(step), open-ended; linear | cosine: warmup, then down to 0 at max_steps
     # (the better model for a step-bound run; stages/train/schedule.py).
     lr_schedule: Literal["inverse_sqrt", "linear", "cosine"] = "inverse_sqrt"
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)  # AdamW's, decoupled; on weight matrices, not biases or LayerNorm gains
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(1.0, ge=0)
     max_tokens: int = Field(2048, ge=16)

@@ -156,6 +156,33 @@ def _zero_a_trained_start_row(pad_rows: list[torch.Tensor], model_spec: dict[str
                     "outputs until fine-tuning adapts to it", model_spec.get("name_or_path") or "the model", norm)
 
 
+def _trainable_model(model_spec: dict[str, Any], meta: dict[str, Any], family: Any, train_params: SimpleNamespace,
+                     device: torch.device) -> torch.nn.Module:
+    """The model built (or loaded) with the seed, frozen parts fixed, and training's attention, on the device."""
+    model = build_model(model_spec, meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=train_params.seed,
+                        joint_vocab=meta.get("joint", True), family=family)
+    # Frozen weights take no gradient, so AdamW leaves them as they are (model.py says what each part holds).
+    freeze(model, train_params.freeze)
+    if train_params.gradient_checkpointing:
+        # The recomputation runs inside backward, outside the forward's dropout block: it gets the same block.
+        enable_gradient_checkpointing(model, lambda: training_dropout(device))
+    training_attention(model, device)
+    return model.to(device)
+
+
+def _optimizer(model: torch.nn.Module, train_params: SimpleNamespace) -> torch.optim.AdamW:
+    """AdamW whose weight decay reaches the matrices (projections, embeddings) and not biases or LayerNorm gains:
+    decaying those pulls the normalisation towards zero, which no regularisation asks for."""
+    params = list(model.parameters())
+    # Without decay one group, as before the split: a run's checkpointed optimizer state then loads as it was saved.
+    groups = ([{"params": params, "weight_decay": 0.0}] if not train_params.weight_decay else
+              [{"params": [p for p in params if p.ndim >= 2], "weight_decay": train_params.weight_decay},
+               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}])
+    # Fused AdamW: one kernel per parameter group and step, on CPUs as on GPUs; it also takes the on-device
+    # "skip this step" flag (apply_update), which the unfused implementations do not.
+    return torch.optim.AdamW(groups, lr=train_params.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+
+
 def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
     """Data, model, DDP, AMP, optimizer and schedule, before any resume (the initial weights: seed alone)."""
     # `auto` is resolved once, here, so the fingerprint, the autocast and the metrics all see the same precision.
@@ -175,24 +202,13 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
                             f"update_freq {train_params.update_freq}; lower train.max_tokens or train.update_freq")
 
     # ---- model, DDP, AMP, optimizer, schedule ----
-    model = build_model(spec["model"], meta["vocab_size"], meta["pad_id"], meta["eos_id"], seed=train_params.seed,
-                        joint_vocab=meta.get("joint", True), family=data.languages.family)
-    # Frozen weights take no gradient, so AdamW leaves them as they are (model.py says what each part holds).
-    freeze(model, train_params.freeze)
-    if train_params.gradient_checkpointing:
-        # The recomputation runs inside backward, outside the forward's dropout block: it gets the same block.
-        enable_gradient_checkpointing(model, lambda: training_dropout(dist.device))
-    training_attention(model, dist.device)
-    model.to(dist.device)
+    model = _trainable_model(spec["model"], meta, data.languages.family, train_params, dist.device)
     # DDP wraps the objective for the training forward (its hooks all-reduce gradients in backward());
     # validation, decoding and saving use the bare model.
     objective = DDP(TokenLoss(model)) if dist.world > 1 else TokenLoss(model)
     amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[train_params.precision]
     scaler = torch.amp.GradScaler(dist.device.type, enabled=train_params.precision == "fp16")
-    # Fused AdamW: one kernel per parameter group and step, on CPUs as on GPUs; it also takes the on-device
-    # "skip this step" flag (apply_update), which the unfused implementations do not.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train_params.lr, betas=(0.9, 0.98), eps=1e-9,
-                                  weight_decay=train_params.weight_decay, fused=True)
+    optimizer = _optimizer(model, train_params)
     shape, warmup, max_steps = train_params.lr_schedule, train_params.warmup_steps, train_params.max_steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(shape, s + 1, warmup, max_steps))
     # Marian's <pad> rows stay at zero, built or pretrained (model.zero_start_rows: Marian decodes from them,

@@ -1,0 +1,44 @@
+"""train.weight_decay: AdamW's decoupled decay shrinks the weight matrices and leaves biases and LayerNorm gains."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from stages.train.loop import _optimizer
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+
+
+def _step_without_gradient_signal(model: torch.nn.Module, weight_decay: float) -> dict[str, torch.Tensor]:
+    """One update whose gradients are all zero: whatever moves, moves by the decay alone."""
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = _optimizer(model, SimpleNamespace(lr=0.1, weight_decay=weight_decay))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    return before
+
+
+def test_decay_shrinks_matrices_by_lr_times_decay_and_leaves_biases_and_norm_gains():
+    model = _model()
+    before = _step_without_gradient_signal(model, weight_decay=0.5)
+    after = dict(model.named_parameters())
+    for name in ("0.weight", "1.weight"):  # embedding, projection
+        torch.testing.assert_close(after[name].detach(), before[name] * (1 - 0.1 * 0.5))
+    for name in ("1.bias", "2.weight", "2.bias"):
+        torch.testing.assert_close(after[name].detach(), before[name], rtol=0, atol=0)
+
+
+def test_without_decay_one_group_holds_every_parameter_as_checkpoints_saved_it():
+    model = _model()
+    before = _step_without_gradient_signal(model, weight_decay=0.0)
+    optimizer = _optimizer(model, SimpleNamespace(lr=0.1, weight_decay=0.0))
+    assert len(optimizer.param_groups) == 1
+    assert len(optimizer.param_groups[0]["params"]) == len(list(model.parameters()))
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), before[name], rtol=0, atol=0)
