@@ -34,7 +34,7 @@ def test_decay_shrinks_matrices_by_lr_times_decay_and_leaves_biases_and_norm_gai
         torch.testing.assert_close(after[name].detach(), before[name], rtol=0, atol=0)
 
 
-def test_without_decay_one_group_holds_every_parameter_as_checkpoints_saved_it():
+def test_without_decay_one_group_holds_every_parameter_and_nothing_moves():
     model = _model()
     before = _step_without_gradient_signal(model, weight_decay=0.0)
     optimizer = _optimizer(model, SimpleNamespace(lr=0.1, weight_decay=0.0))
