@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,25 +128,31 @@ def lowercased_tokenized_bleu(hyps: list[str], refs: list[str], language: str) -
     return round(bleu.corpus_score(tokenized[0], [tokenized[1]]).score, 2), str(bleu.get_signature())
 
 
+@dataclass
+class DirectionScores:
+    """One averaged model's figures on one split: BLEU per direction as the evaluate stage scores it, the papers'
+    lowercased tokenized BLEU and its signature when asked for, and the translations themselves."""
+    bleu: dict[str, float] = field(default_factory=dict)
+    lowercased_tokenized: dict[str, float] = field(default_factory=dict)
+    lowercased_tokenized_signature: str | None = None
+    hypotheses: dict[str, list[str]] = field(default_factory=dict)
+
+
 def score_directions(model: Any, tokenizer: Any, languages: ModelLanguages, pairs: dict, directions: list[str],
-                     decoding: EvaluateParams, args: argparse.Namespace, k: int,
-                     ) -> tuple[dict[str, float], dict[str, float], str | None]:
-    """One averaged model's BLEU per direction as the evaluate stage scores it, and, with --lowercased-tokenized,
-    the papers' figure and its signature; writes each direction's translations under --hyp-dir when given."""
+                     decoding: EvaluateParams, lowercased_tokenized: bool) -> DirectionScores:
     from pipeline.runtime.languages import Direction
     from stages.evaluate import score, translate
-    from stages.evaluate.sentences import write_hypotheses
 
-    row, tokenized_row, signature = {}, {}, None
+    scores = DirectionScores()
     for direction in directions:
         sources, refs = pairs[direction][1:]
         hyps = translate(model, tokenizer, languages.layout(direction), sources, decoding, progress_bar=False)
-        row[direction] = score(hyps, refs)["bleu"]
-        if args.lowercased_tokenized:
-            tokenized_row[direction], signature = lowercased_tokenized_bleu(hyps, refs, Direction.parse(direction).tgt)
-        if args.hyp_dir:
-            write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
-    return row, tokenized_row, signature
+        scores.hypotheses[direction] = hyps
+        scores.bleu[direction] = score(hyps, refs)["bleu"]
+        if lowercased_tokenized:
+            scores.lowercased_tokenized[direction], scores.lowercased_tokenized_signature = lowercased_tokenized_bleu(
+                hyps, refs, Direction.parse(direction).tgt)
+    return scores
 
 
 def main() -> None:
@@ -158,6 +165,7 @@ def main() -> None:
     from pipeline.params import load
     from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import load_model
+    from stages.evaluate.sentences import write_hypotheses
     from stages.train.checkpoint import average_snapshots
 
     torch.set_num_threads(args.threads)
@@ -182,8 +190,8 @@ def main() -> None:
         weights, steps = average_snapshots(paths.checkpoints, k, args.until)
         model.load_state_dict(weights)
         start = time.perf_counter()
-        row, tokenized_row, signature = score_directions(model, tokenizer, languages, pairs, directions, decoding,
-                                                         args, k)
+        scores = score_directions(model, tokenizer, languages, pairs, directions, decoding, args.lowercased_tokenized)
+        row, tokenized_row = scores.bleu, scores.lowercased_tokenized
         mean = sum(row.values()) / len(row)
         print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
               + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
@@ -192,7 +200,10 @@ def main() -> None:
         if tokenized_row:
             print("          lowercased tokenized: " + "  ".join(f"{d} {b:.2f}" for d, b in tokenized_row.items()))
             figures[f"last_{k}"]["bleu_lowercased_tokenized"] = tokenized_row
-            figures["lowercased_tokenized_signature"] = signature
+            figures["lowercased_tokenized_signature"] = scores.lowercased_tokenized_signature
+        if args.hyp_dir:
+            for direction, hyps in scores.hypotheses.items():
+                write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
     print(json.dumps(figures))
 
 

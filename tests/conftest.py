@@ -5,8 +5,11 @@ service fixtures only tests/e2e takes are in tests/e2e/conftest.py)."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -30,6 +33,15 @@ def pytest_configure(config) -> None:
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) >= count:
         os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: count])
+
+
+def bench_module(name: str) -> ModuleType:
+    """bench/<name>.py imported as a module (the benches are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def multi30k_lines(name: str, lang: str, limit: int | None = None) -> list[str]:

@@ -18,7 +18,7 @@ from pipeline.corpus import read_pairs_by_direction
 from pipeline.params import parse
 from pipeline.runtime.model_languages import ModelLanguages
 from stages import tokenize, train
-from tests.conftest import REPO, multi30k_lines, write_clean_splits
+from tests.conftest import REPO, bench_module, multi30k_lines, write_clean_splits
 
 pytestmark = pytest.mark.e2e
 
@@ -166,13 +166,9 @@ def moses_lowercased_bleu(reference: Path, hypothesis: Path) -> float:
 def test_lowercased_tokenized_bleu_is_what_the_sacremoses_and_sacrebleu_commands_compute(tmp_path):
     """On Multi30k's German references and a damaged copy of them (words dropped, case and punctuation changed):
     the bench's figure is the commands' and differs from the cased 13a BLEU the stage reports."""
-    import importlib.util
-
     from stages.evaluate import score
 
-    spec = importlib.util.spec_from_file_location("averaging_bench", REPO / "bench" / "averaging.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("averaging")
     refs = multi30k_lines("test_2016_flickr", "de", 300)
     hyps = [" ".join(ref.split()[: -1 - i % 3]) + ("." if i % 2 else "") for i, ref in enumerate(refs)]
     hyps = [hyp.lower() if i % 4 == 0 else hyp for i, hyp in enumerate(hyps)]

@@ -6,30 +6,20 @@ backward pass."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, multi30k_lines
+from tests.conftest import REPO, bench_module, multi30k_lines
 
 pytestmark = pytest.mark.e2e
 
 BENCH = REPO / "bench" / "train_throughput.py"
 TINY_MODEL = ["d_model=32", "ffn_dim=64", "encoder_layers=1", "decoder_layers=1", "attention_heads=2"]
-
-
-def bench_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_throughput_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("encoder_layers", "decoder_layers", "src_len", "tgt_len"), [(2, 3, 11, 7), (1, 1, 3, 19)])
@@ -50,8 +40,9 @@ def test_the_exact_flop_count_is_what_torch_counts_on_the_model(encoder_layers, 
     tgt = torch.randint(3, vocab, (1, tgt_len), generator=generator)
     with FlopCounterMode(display=False) as counter:
         model(input_ids=src, attention_mask=torch.ones_like(src), labels=tgt).loss.backward()
-    per_token, _ = bench_module().flops_per_target_token(model_spec(params)["arch"], vocab, np.array([src_len]),
-                                                         np.array([tgt_len]))
+    bench = bench_module("train_throughput")
+    per_token, _ = bench.flops_per_target_token(model_spec(params)["arch"], vocab, np.array([src_len]),
+                                                np.array([tgt_len]))
     assert per_token * tgt_len == counter.get_total_flops()
 
 
