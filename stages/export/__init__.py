@@ -45,6 +45,7 @@ from pipeline.runtime.export_format import (
     ONNX_INT8_FILES,
     SHORTLIST_FILES,
     TORCHSCRIPT_FILES,
+    Generation,
 )
 from pipeline.runtime.model_languages import LANGUAGES_FILE, ModelLanguages
 from pipeline.runtime.text_pieces import TOKENIZER_CONFIG, TOKENIZER_FILES
@@ -142,6 +143,20 @@ def _add_costs(metrics: dict[str, Any], files: dict[str, Any], timings: dict[str
                                                 "max_bleu_delta": settings.ctranslate2_max_bleu_delta}
 
 
+def _gated_parity(model: Any, tokenizer: Any, out: Path, settings: ExportParams, generation: Generation,
+                  special_ids: SpecialIds, pairs: dict[str, ParityPairs], paths: Paths) -> dict[str, Any]:
+    """The exported formats' parity with the model, refused (raising inside atomic_path, so nothing is published)
+    when it misses the thresholds; the message names the causes this machine and the run's figures point to."""
+    from stages.export.parity import check_parity
+
+    metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, pairs)
+    failed = gate_message(metrics, settings, start_row_norm(model, special_ids.pad), int8_dot_products_saturate(),
+                          paths.section("export"), paths.stage("train"))
+    if failed:
+        raise ParityFailed(failed)
+    return metrics
+
+
 def _summary(metrics: dict[str, Any]) -> dict[str, Any]:
     return {
         "identical_share": metrics.get("identical_share"),
@@ -164,7 +179,6 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
     special_ids = special_ids_of(model_config, languages)
     pairs = parity_pairs(paths, languages, settings.parity_sentences, tokenizer,
                          model_config.max_position_embeddings)
-    n_sentences = sum(len(p.sources) for p in pairs.values())
     generation = generation_of(params.evaluate)
     metrics: dict[str, Any] = {}
 
@@ -174,15 +188,9 @@ def run(params: Params, paths: Paths) -> dict[str, Any]:
         files, timings = _export_formats(model, pairs[directions.names[0]], special_ids, paths.final_model, out,
                                          settings, generation.beam)
         if files:
-            from stages.export.parity import check_parity
-
-            log.info("checking parity on %d sentences of %s (%s)", n_sentences, ", ".join(directions.names),
-                     ", ".join(files))
-            metrics = check_parity(model, tokenizer, out, settings, generation, special_ids, pairs)
-            failed = gate_message(metrics, settings, start_row_norm(model, special_ids.pad),
-                                  int8_dot_products_saturate(), paths.section("export"), paths.stage("train"))
-            if failed:
-                raise ParityFailed(failed)  # inside atomic_path: nothing is published
+            log.info("checking parity on %d sentences of %s (%s)", sum(len(p.sources) for p in pairs.values()),
+                     ", ".join(directions.names), ", ".join(files))
+            metrics = _gated_parity(model, tokenizer, out, settings, generation, special_ids, pairs, paths)
             _add_costs(metrics, files, timings, out, settings)
         if settings.shortlist:
             from stages.export.shortlist import shortlist_agreement, write_shortlist
