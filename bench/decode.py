@@ -103,8 +103,8 @@ def timed_rounds(paths: dict[str, Callable[[list[str]], list[str]]], sources: li
 
 
 def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) -> tuple[Callable, Any]:
-    """The evaluate stage's translate, with the export manifest's length rule (so every path decodes by one), on
-    the sources in the direction's layout (its tag or code, from the model's languages.json)."""
+    """The evaluate stage's translate, with the export manifest's length rule and length penalty (so every path
+    decodes by them), on the sources in the direction's layout (its tag or code, from the model's languages.json)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -115,8 +115,8 @@ def generate_path(model_dir: Path, generation: Any, args: argparse.Namespace) ->
     torch.set_num_threads(args.threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    settings = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens, max_len_a=generation.max_len_a,
-                              max_len_b=generation.max_len_b)
+    settings = EvaluateParams(beam=args.beam, max_tokens=args.max_tokens, length_penalty=generation.length_penalty,
+                              max_len_a=generation.max_len_a, max_len_b=generation.max_len_b)
     layout = ModelLanguages.read(model_dir).layout(args.direction)
     return (lambda sources: translate(model, tokenizer, layout, sources, settings, progress_bar=False)), tokenizer
 
@@ -177,6 +177,21 @@ def onnx_path(export_dir: Path, args: argparse.Namespace, int8: bool, intra_op: 
     return translate, counter
 
 
+def ctranslate2_model(model_dir: Path, export_dir: Path, manifest: Any, quantization: str, workdir: Path
+                      ) -> tuple[Path, str]:
+    """The export's CTranslate2 model, or model_dir converted into workdir when the export has none; and what it is."""
+    from pipeline.runtime.export_format import CTRANSLATE2_DIR
+    from stages.export.ctranslate2_model import convert_ctranslate2
+
+    exported = export_dir / CTRANSLATE2_DIR
+    if exported.is_dir():
+        return exported, f"{exported} ({manifest.parity.get('ctranslate2', {}).get('quantization', '?')})"
+    converted = workdir / CTRANSLATE2_DIR
+    # The export's converter: it states what a transformers 5 config no longer says (mBART's pre-norm layers).
+    convert_ctranslate2(model_dir, converted, quantization)
+    return converted, f"converted from {model_dir} ({quantization})"
+
+
 def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer: Any, args: argparse.Namespace,
                      workdir: Path) -> tuple[Callable, str]:
     """CTranslate2 on the export's directory (or a conversion of model_dir), with the manifest's length rule, on
@@ -185,24 +200,10 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
     import ctranslate2
 
     from pipeline.runtime.decoding import output_limit
-    from pipeline.runtime.export_format import CTRANSLATE2_DIR
     from pipeline.runtime.model_languages import ModelLanguages
-    from stages.export.ctranslate2_model import (
-        convert_ctranslate2,
-        max_decoding_length,
-        starts_itself,
-        target_prefix,
-    )
+    from stages.export.ctranslate2_model import max_decoding_length, starts_itself, target_prefix
 
-    ct2_dir = export_dir / CTRANSLATE2_DIR
-    if ct2_dir.is_dir():
-        quantization = manifest.parity.get("ctranslate2", {}).get("quantization", "?")
-        source = f"{ct2_dir} ({quantization})"
-    else:
-        ct2_dir = workdir / CTRANSLATE2_DIR
-        # The export's converter: it states what a transformers 5 config no longer says (mBART's pre-norm layers).
-        convert_ctranslate2(model_dir, ct2_dir, args.ct2_quantization)
-        source = f"converted from {model_dir} ({args.ct2_quantization})"
+    ct2_dir, source = ctranslate2_model(model_dir, export_dir, manifest, args.ct2_quantization, workdir)
     # 2 x 1 threads beat 1 x 2 on two cores for small models: batches decode in parallel.
     inter, intra = (2, 1) if args.threads == 2 else (1, args.threads)
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=inter, intra_threads=intra)
@@ -222,7 +223,8 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
         options: dict[str, Any] = {"target_prefix": [prefix] * len(tokens)} if prefix else {}
         results = translator.translate_batch(
             tokens, beam_size=args.beam, max_batch_size=max(args.max_tokens // args.beam, 1), batch_type="tokens",
-            length_penalty=1.0, max_decoding_length=max_decoding_length(limit) + shown, **options,
+            length_penalty=generation.length_penalty, max_decoding_length=max_decoding_length(limit) + shown,
+            **options,
         )
         # Decoded as the evaluate stage decodes: special tokens (a language code the model wrote) dropped.
         return [tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0][shown:]), skip_special_tokens=True)
