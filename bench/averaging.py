@@ -155,6 +155,27 @@ def score_directions(model: Any, tokenizer: Any, languages: ModelLanguages, pair
     return scores
 
 
+def record_average(k: int, steps: list[int], scores: DirectionScores, seconds: float, figures: dict[str, Any],
+                   args: argparse.Namespace) -> None:
+    """One average's figures: printed, added to the bench's JSON `figures`, its translations written under
+    --hyp-dir when given."""
+    from stages.evaluate.sentences import write_hypotheses
+
+    row, tokenized_row = scores.bleu, scores.lowercased_tokenized
+    mean = sum(row.values()) / len(row)
+    print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
+          + f"  mean {mean:.2f}  ({seconds:.0f} s)")
+    figures[f"last_{k}"] = {"first_update": steps[0], "last_update": steps[-1], "bleu": row,
+                            "mean_bleu": round(mean, 2)}
+    if tokenized_row:
+        print("          lowercased tokenized: " + "  ".join(f"{d} {b:.2f}" for d, b in tokenized_row.items()))
+        figures[f"last_{k}"]["bleu_lowercased_tokenized"] = tokenized_row
+        figures["lowercased_tokenized_signature"] = scores.lowercased_tokenized_signature
+    if args.hyp_dir:
+        for direction, hyps in scores.hypotheses.items():
+            write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
+
+
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -165,7 +186,6 @@ def main() -> None:
     from pipeline.params import load
     from pipeline.runtime.model_languages import ModelLanguages
     from stages.evaluate import load_model
-    from stages.evaluate.sentences import write_hypotheses
     from stages.train.checkpoint import average_snapshots
 
     torch.set_num_threads(args.threads)
@@ -181,9 +201,9 @@ def main() -> None:
     if args.hyp_dir:
         args.hyp_dir.mkdir(parents=True, exist_ok=True)
 
-    figures: dict[str, object] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
-                                  "length_penalty": decoding.length_penalty, "threads": args.threads,
-                                  "snapshots": len(snapshots), "until": args.until}
+    figures: dict[str, Any] = {"run": str(args.run), "split": args.split, "beam": decoding.beam,
+                               "length_penalty": decoding.length_penalty, "threads": args.threads,
+                               "snapshots": len(snapshots), "until": args.until}
     print(f"{args.run}: {len(snapshots)} snapshots" + (f" up to update {args.until}" if args.until is not None else "")
           + f", {args.split}, beam {decoding.beam}, length penalty {decoding.length_penalty}, {args.threads} threads")
     for k in wanted:
@@ -191,19 +211,7 @@ def main() -> None:
         model.load_state_dict(weights)
         start = time.perf_counter()
         scores = score_directions(model, tokenizer, languages, pairs, directions, decoding, args.lowercased_tokenized)
-        row, tokenized_row = scores.bleu, scores.lowercased_tokenized
-        mean = sum(row.values()) / len(row)
-        print(f"last {k:>3} (updates {steps[0]}-{steps[-1]}): " + "  ".join(f"{d} {b:.2f}" for d, b in row.items())
-              + f"  mean {mean:.2f}  ({time.perf_counter() - start:.0f} s)")
-        figures[f"last_{k}"] = {"first_update": steps[0], "last_update": steps[-1], "bleu": row,
-                                "mean_bleu": round(mean, 2)}
-        if tokenized_row:
-            print("          lowercased tokenized: " + "  ".join(f"{d} {b:.2f}" for d, b in tokenized_row.items()))
-            figures[f"last_{k}"]["bleu_lowercased_tokenized"] = tokenized_row
-            figures["lowercased_tokenized_signature"] = scores.lowercased_tokenized_signature
-        if args.hyp_dir:
-            for direction, hyps in scores.hypotheses.items():
-                write_hypotheses(args.hyp_dir / f"{args.split}.{direction}.last{k}.hyp.txt", hyps)
+        record_average(k, steps, scores, time.perf_counter() - start, figures, args)
     print(json.dumps(figures))
 
 
