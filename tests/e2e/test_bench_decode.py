@@ -4,10 +4,12 @@ themselves are the bench's business, measured on a quiet machine; this only keep
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,3 +61,22 @@ def test_the_decode_profile_sums_every_graphs_node_time_by_operator(exported):
             assert sum(op["share"] for op in ops.values()) == pytest.approx(1, abs=0.01)
         # The int8 decoder's matmuls are the quantised ones.
         assert "MatMulIntegerToFloat" in export["decoder"]["ops"] or "DynamicQuantizeMatMul" in export["decoder"]["ops"]
+
+
+def test_the_generate_path_decodes_with_the_manifests_length_penalty(tiny_model_dir, monkeypatch):
+    """Every path decodes by the export's own settings: `generate` with the manifest's length penalty, not the
+    evaluate params' default (the ONNX paths' Translator takes the manifest's)."""
+    import stages.evaluate
+    from pipeline.runtime.model_languages import ModelLanguages
+    from tests.conftest import bench_module
+
+    used = []
+    monkeypatch.setattr(stages.evaluate, "translate", lambda model, tokenizer, layout, sources, settings, **_:
+                        used.append(settings) or ["" for _ in sources])
+    bench = bench_module("decode")
+    direction = ModelLanguages.read(tiny_model_dir).directions.directions[0]
+    args = argparse.Namespace(threads=1, beam=4, max_tokens=2000, direction=direction)
+    generation = SimpleNamespace(length_penalty=2.5, max_len_a=1.2, max_len_b=10)
+    translate, _ = bench.generate_path(tiny_model_dir, generation, args)
+    translate(["A man rides a horse."])
+    assert [(s.length_penalty, s.beam, s.max_len_a, s.max_len_b) for s in used] == [(2.5, 4, 1.2, 10)]
