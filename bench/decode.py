@@ -201,7 +201,7 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
 
     from pipeline.runtime.decoding import output_limit
     from pipeline.runtime.model_languages import ModelLanguages
-    from stages.export.ctranslate2_model import max_decoding_length, starts_itself, target_prefix
+    from stages.export.ctranslate2_model import prefix_shown, search_options, starts_itself, target_prefix
 
     ct2_dir, source = ctranslate2_model(model_dir, export_dir, manifest, args.ct2_quantization, workdir)
     # 2 x 1 threads beat 1 x 2 on two cores for small models: batches decode in parallel.
@@ -211,20 +211,16 @@ def ctranslate2_path(model_dir: Path, export_dir: Path, manifest: Any, tokenizer
     layout = ModelLanguages.read(model_dir).layout(args.direction)
     own_start = starts_itself(ct2_dir)
     prefix = target_prefix(layout, tokenizer, own_start)
-    # The hypotheses begin with the prefix tokens CTranslate2 was given, but for the first when it has no start of
-    # its own (it decodes from that one); those count towards max_decoding_length (as greedy_ids counts them).
-    shown = len(prefix) if own_start else max(len(prefix) - 1, 0)
+    shown = prefix_shown(prefix, own_start)
 
     def translate(sources: list[str]) -> list[str]:
         pieces = tokenizer(sources, add_special_tokens=False)["input_ids"]
         tokens = [tokenizer.convert_ids_to_tokens(layout.source(p)) for p in pieces]
         # One limit per call (the longest source's).
         limit = output_limit(max(len(t) for t in tokens), generation.max_len_a, generation.max_len_b, max_positions)
-        options: dict[str, Any] = {"target_prefix": [prefix] * len(tokens)} if prefix else {}
         results = translator.translate_batch(
             tokens, beam_size=args.beam, max_batch_size=max(args.max_tokens // args.beam, 1), batch_type="tokens",
-            length_penalty=generation.length_penalty, max_decoding_length=max_decoding_length(limit) + shown,
-            **options,
+            length_penalty=generation.length_penalty, **search_options(prefix, own_start, limit, len(tokens)),
         )
         # Decoded as the evaluate stage decodes: special tokens (a language code the model wrote) dropped.
         return [tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0][shown:]), skip_special_tokens=True)

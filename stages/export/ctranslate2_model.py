@@ -142,19 +142,36 @@ def max_decoding_length(output_limit: int) -> int:
     return max(output_limit - 1, 1)
 
 
+def prefix_shown(prefix: Sequence[str], own_start: bool) -> int:
+    """How many tokens CTranslate2's hypotheses begin with, given `prefix` as target_prefix (target_prefix()): every
+    prefix token when it adds its own start token (`own_start`), all but the first otherwise (it decodes from that
+    one). They count towards max_decoding_length, and are dropped to compare with the other runtimes' outputs."""
+    return len(prefix) if own_start else max(len(prefix) - 1, 0)
+
+
+def search_options(prefix: Sequence[str], own_start: bool, output_limit: int, sentences: int) -> dict[str, Any]:
+    """translate_batch's options that make CTranslate2 search what the runtime (pipeline/runtime/beam_search.py) and
+    transformers' generate search, for `sentences` sources decoded after `prefix` with `output_limit`
+    (pipeline.runtime.decoding.output_limit): the same length limit, and </s> allowed as the first token, as
+    they allow it (CTranslate2's default min_decoding_length is 1: it would give a token where they give an empty
+    translation). Its length penalty needs nothing: it scores sum(log p) / length ** length_penalty with the
+    length counting </s>, as they do (tests/e2e/test_export_ctranslate2_search.py)."""
+    options: dict[str, Any] = {"target_prefix": [list(prefix)] * sentences} if prefix else {}
+    shown = prefix_shown(prefix, own_start)
+    return {**options, "max_decoding_length": max_decoding_length(output_limit) + shown, "min_decoding_length": 0}
+
+
 def greedy_ids(translator: Any, tokenizer: Any, sources: list[list[int]], prefix: Sequence[str], own_start: bool,
                output_limit: int, eos_id: int) -> list[list[int]]:
     """CTranslate2 greedy outputs after the decoder prefix, as ids ending in </s>, like the other runtimes'.
 
-    `prefix` is the target_prefix (target_prefix()). Its hypotheses begin with the prefix tokens that are not its
-    start token (all of them when it adds its own, `own_start`; all but the first otherwise), which also count
-    towards max_decoding_length; they are dropped here. It returns no end token."""
+    `prefix` is the target_prefix (target_prefix()); the prefix tokens its hypotheses begin with (prefix_shown) are
+    dropped here. It returns no end token."""
     source_tokens, target_ids = token_maps(tokenizer)
     tokens = [source_tokens(s) for s in sources]
-    options: dict[str, Any] = {"target_prefix": [list(prefix)] * len(tokens)} if prefix else {}
-    shown = len(prefix) if own_start else max(len(prefix) - 1, 0)
+    shown = prefix_shown(prefix, own_start)
     results = translator.translate_batch(tokens, beam_size=1,
-                                         max_decoding_length=max_decoding_length(output_limit) + shown, **options)
+                                         **search_options(prefix, own_start, output_limit, len(tokens)))
     return [target_ids(r.hypotheses[0][shown:]) + [eos_id] for r in results]
 
 
