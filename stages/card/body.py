@@ -286,6 +286,8 @@ def target_request(card: CardInputs, sentence: str) -> TargetRequest:
 
 def usage_section(card: CardInputs) -> list[str]:
     pairs, beam = card.languages.directions, card.params.evaluate.beam
+    # The length penalty the scores above were decoded with (`mtpipe translate` reads it from the export).
+    penalty = card.params.evaluate.length_penalty
     first = pairs.directions[0]
     ask = target_request(card, "The weather is nice today." if first.src == "en" else "...")
     # json.dumps: a Python string literal in double quotes, whatever the sentence holds.
@@ -301,7 +303,8 @@ def usage_section(card: CardInputs) -> list[str]:
         f'tokenizer = AutoTokenizer.from_pretrained("models/release"{ask.tokenizer_args})',
         *ask.comment,
         f'batch = tokenizer([{example}], return_tensors="pt", padding=True)',
-        f"out = model.generate(**batch{ask.generate_args}, num_beams={beam}, max_new_tokens=256)",
+        f"out = model.generate(**batch{ask.generate_args}, num_beams={beam}, length_penalty={penalty}, "
+        "max_new_tokens=256)",
         "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
         "```", "",
         "With the ONNX export, on ONNX Runtime alone (no torch), one sentence a line"
@@ -319,7 +322,8 @@ def usage_section(card: CardInputs) -> list[str]:
         'translator = ctranslate2.Translator("ct2")',
         f'tokenizer = AutoTokenizer.from_pretrained("models/release"{ask.tokenizer_args})',
         f"source = tokenizer.convert_ids_to_tokens(tokenizer.encode({example}))",
-        f"best = translator.translate_batch([source]{ask.ct2_args}, beam_size={beam})[0].hypotheses[0]",
+        f"best = translator.translate_batch([source]{ask.ct2_args}, beam_size={beam}, length_penalty={penalty})"
+        "[0].hypotheses[0]",
         f"print(tokenizer.decode(tokenizer.convert_tokens_to_ids({best})))",
         "```",
     ]

@@ -157,6 +157,15 @@ def test_the_card_names_the_attention_dropout_and_the_sampled_segmentations_wher
             "one best") in body
 
 
+def test_the_cards_snippets_decode_with_the_length_penalty_of_its_scores(released, tiny_model_dir, tmp_path):
+    _, plain = front_matter(released[0].release / "README.md")
+    assert "num_beams=4, length_penalty=1.0," in plain and "beam_size=4, length_penalty=1.0)" in plain
+    paths = project(tmp_path, tiny_model_dir)
+    card.run(parse({"evaluate": {"length_penalty": 1.6, "beam": 5}}), paths)
+    _, body = front_matter(paths.release / "README.md")
+    assert "num_beams=5, length_penalty=1.6," in body and "beam_size=5, length_penalty=1.6)" in body
+
+
 def test_a_run_that_reached_its_planned_steps_has_no_warning_on_its_card(released):
     paths, _ = released
     assert "Warning" not in front_matter(paths.release / "README.md")[1]
