@@ -496,6 +496,9 @@ class TrainParams(_Section):
     lr_schedule: Literal["inverse_sqrt", "linear", "cosine"] = "inverse_sqrt"
     weight_decay: float = Field(0.0, ge=0)  # AdamW's, decoupled; on weight matrices, not biases or LayerNorm gains
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
+    # Each source and decoder-input token replaced by <unk> with this probability while training (Sennrich and
+    # Zhang 2019's word dropout for small corpora; stages/train/word_dropout.py). 0 = off.
+    word_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     clip_norm: float = Field(1.0, ge=0)
     max_tokens: int = Field(2048, ge=16)
     # Micro-batches of max_tokens accumulated per process into one update (gradient accumulation): an update sees

@@ -191,7 +191,8 @@ def model_section(card: CardInputs) -> list[str]:
     shaped = [
         *described,
         ("optimisation", f"AdamW, lr {t.lr}, {t.warmup_steps} warmup steps (inverse sqrt), weight decay "
-                         f"{t.weight_decay}, label smoothing {t.label_smoothing}, clip norm {t.clip_norm}"),
+                         f"{t.weight_decay}, label smoothing {t.label_smoothing}, clip norm {t.clip_norm}"
+                         + (f", word dropout {t.word_dropout}" if t.word_dropout else "")),
         ("batches", f"{t.max_tokens} tokens x update_freq {t.update_freq} x {run.processes} process(es), "
                     f"sentences up to {t.max_len} tokens"),
         ("limits", ", ".join(f"{name} {'none' if value is None else value}" for name, value in (

@@ -80,6 +80,9 @@ def fingerprint(spec: dict[str, Any], world: int, tokenized: Path, directions: i
     # Direction weights decide each epoch's pairs as the temperature does; recorded only when set, for the same reason.
     if directions > 1 and spec["train"].get("direction_weights"):
         fields["train"]["direction_weights"] = spec["train"]["direction_weights"]
+    # Word dropout changes every update's inputs; recorded only when set, for the same reason.
+    if spec["train"].get("word_dropout"):
+        fields["train"]["word_dropout"] = spec["train"]["word_dropout"]
     # A decaying schedule ends at max_steps, so max_steps shapes every update's learning rate (schedule.py);
     # recorded only then, so an inverse_sqrt run keeps its digest and can still be continued with more steps.
     if spec["train"].get("lr_schedule", "inverse_sqrt") in DECAYING:

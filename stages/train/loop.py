@@ -69,6 +69,7 @@ from stages.train.resume import agreed_resume
 from stages.train.save import save_final
 from stages.train.schedule import lr_factor
 from stages.train.state import TrainState
+from stages.train.word_dropout import WordDropout
 
 log = logging.getLogger("mtpipe.train")
 LN2 = math.log(2)
@@ -124,6 +125,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     schedule: torch.optim.lr_scheduler.LRScheduler
     pad_rows: list[torch.Tensor]
+    word_dropout: WordDropout  # the training forward's input noise (train.word_dropout)
     fingerprint: dict[str, Any]
     logger: Logger
     system: SystemFigures
@@ -221,6 +223,8 @@ def setup(spec: dict[str, Any], dist: Distributed, threads: int) -> Run:
         threads=threads, data=data,
         model=model, objective=objective, amp_dtype=amp_dtype, scaler=scaler, optimizer=optimizer,
         schedule=schedule, pad_rows=pad_rows,
+        word_dropout=WordDropout(train_params.word_dropout, meta.get("unk_id"),
+                                 [meta["pad_id"], meta["eos_id"], *data.languages.special_ids], dist.device),
         fingerprint=checkpoint.fingerprint(spec, dist.world, paths.tokenized, len(data.directions)),
         logger=Logger(paths.dvclive, dist.is_main),
         system=SystemFigures(dist.device),
@@ -261,7 +265,7 @@ def forward_backward(run: Run, update: ReadyUpdate) -> torch.Tensor:
     scale = run.dist.world / float(update.plan.target_tokens)
     update_loss = torch.zeros((), dtype=torch.float64, device=run.device)
     for m, host_inputs in enumerate(update.inputs):
-        inputs = on_device(host_inputs, run.device)
+        inputs = run.word_dropout(on_device(host_inputs, run.device))
         # DDP all-reduces gradients inside backward(). no_sync() lets all but the last micro-batch only
         # accumulate locally, so an update costs one all-reduce whatever update_freq is.
         last_micro = m == len(update.inputs) - 1

@@ -188,12 +188,12 @@ def test_the_same_seed_gives_the_same_weights(tokenized, tmp_path):
     assert metrics["final_model"] == f"best valid loss, update {metrics['best_step']}"
 
 
-@pytest.mark.parametrize("data", ["tokenized", "two_directions"])
-def test_a_crashed_run_resumes_into_the_same_updates_as_an_uninterrupted_one(data, tmp_path, request):
+@pytest.mark.parametrize(("data", "word_dropout"), [("tokenized", 0.0), ("two_directions", 0.0), ("tokenized", 0.2)])
+def test_a_crashed_run_resumes_into_the_same_updates_as_an_uninterrupted_one(data, word_dropout, tmp_path, request):
     import torch
 
     tokenized = request.getfixturevalue(data)
-    settings = {"max_steps": 30, "save_every": 10, "valid_every": 15, "log_every": 5}
+    settings = {"max_steps": 30, "save_every": 10, "valid_every": 15, "log_every": 5, "word_dropout": word_dropout}
     if data == "two_directions":  # each epoch's pairs are sampled: 16 updates an epoch, so it resumes in epoch 2
         settings["max_tokens"] = 4096
     whole, whole_metrics = run_training(tokenized, tmp_path / "whole", train=settings)
@@ -240,6 +240,30 @@ def poison(monkeypatch, bad_calls):
         return loss
 
     monkeypatch.setattr(loop, "seq2seq_loss", patched)
+
+
+def test_word_dropout_drops_training_words_to_unk_and_never_tags_or_validation_words(two_directions, tmp_path,
+                                                                                       monkeypatch):
+    from stages.train import loop
+
+    real, seen = loop.seq2seq_loss, {True: [], False: []}
+
+    def recording(model, inputs, label_smoothing, *scale):
+        seen[model.training].append({name: inputs[name].clone() for name in ("input_ids", "decoder_input_ids")})
+        return real(model, inputs, label_smoothing, *scale)
+
+    monkeypatch.setattr(loop, "seq2seq_loss", recording)
+    paths, _ = run_training(two_directions, tmp_path, train={"max_steps": 10, "word_dropout": 0.3})
+    meta = json.loads((paths.tokenized / "meta.json").read_text())
+    tags = ModelLanguages.read(paths.tokenized / "hf_tokenizer").special_ids
+    for training, batches in seen.items():
+        source = np.concatenate([b["input_ids"].numpy().ravel() for b in batches])
+        words = ~np.isin(source, [meta["pad_id"], meta["eos_id"], *tags])
+        unk_share = float((source[words] == meta["unk_id"]).mean())
+        assert (0.25 < unk_share < 0.35) if training else unk_share == 0.0
+        assert np.isin(list(tags), source).all()  # each direction's tag is still in front of its sources
+        target = np.concatenate([b["decoder_input_ids"].numpy().ravel() for b in batches])
+        assert ((target == meta["unk_id"]).mean() > 0.15) == training
 
 
 def test_non_finite_updates_are_skipped_counted_and_logged(tokenized, tmp_path, monkeypatch, caplog):
@@ -584,3 +608,14 @@ def test_direction_weights_join_the_resume_fingerprint_only_when_set_and_with_se
     assert digest({}, 2) == checkpoint.fingerprint(unweighted, 1, tmp_path, 2)["digest"]  # earlier checkpoints resume
     assert digest({"en-de": 2.0}, 2) != digest({}, 2)
     assert digest({"en-de": 2.0}, 1) == digest({}, 1)
+
+
+def test_word_dropout_joins_the_resume_fingerprint_only_when_set(tmp_path):
+    from stages.train import checkpoint
+
+    def fields(word_dropout):
+        spec = train.train_spec(parse({"train": {"word_dropout": word_dropout}}), Paths(tmp_path))
+        return checkpoint.fingerprint(spec, 1, tmp_path)["fields"]["train"]
+
+    assert "word_dropout" not in fields(0.0)  # a checkpoint saved before the parameter existed still resumes
+    assert fields(0.1)["word_dropout"] == 0.1 and fields(0.1) != fields(0.2)
