@@ -323,8 +323,9 @@ def usage_section(card: CardInputs) -> list[str]:
         'translator = ctranslate2.Translator("ct2")',
         f'tokenizer = AutoTokenizer.from_pretrained("models/release"{ask.tokenizer_args})',
         f"source = tokenizer.convert_ids_to_tokens(tokenizer.encode({example}))",
-        f"best = translator.translate_batch([source]{ask.ct2_args}, beam_size={beam}, length_penalty={penalty})"
-        "[0].hypotheses[0]",
+        "# min_decoding_length=0: </s> may come first, as in generate (CTranslate2's default forbids it)",
+        f"best = translator.translate_batch([source]{ask.ct2_args}, beam_size={beam}, length_penalty={penalty},",
+        "                                  min_decoding_length=0)[0].hypotheses[0]",
         f"print(tokenizer.decode(tokenizer.convert_tokens_to_ids({best})))",
         "```",
     ]

@@ -133,6 +133,20 @@ def test_the_cards_transformers_snippet_translates_with_the_release(released):
     assert out.stdout.startswith("['")  # one decoded sentence (the model is untrained: any text)
 
 
+def test_the_cards_ctranslate2_snippet_translates_with_the_release_converted_as_it_says(released):
+    import ctranslate2
+
+    paths, _ = released
+    _, body = front_matter(paths.release / "README.md")
+    snippet = re.findall(r"```python\n(.*?)```", body, re.DOTALL)[1]
+    assert "# ct2-transformers-converter --model models/release --output_dir ct2" in snippet
+    ctranslate2.converters.TransformersConverter(str(paths.release)).convert(str(paths.root / "ct2"), force=True)
+    out = subprocess.run([sys.executable, "-c", snippet], cwd=paths.root, capture_output=True, text=True,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()  # a decoded sentence (the model is untrained: any text)
+
+
 def test_a_run_cut_short_by_its_time_limit_is_said_first_on_the_card(tiny_model_dir, tmp_path):
     paths = project(tmp_path, tiny_model_dir)
     write_json(paths.metrics("train"), {**TRAIN, "steps": 170, "stop_reason": "max_minutes", "max_steps": 1200,
@@ -159,11 +173,12 @@ def test_the_card_names_the_attention_dropout_and_the_sampled_segmentations_wher
 
 def test_the_cards_snippets_decode_with_the_length_penalty_of_its_scores(released, tiny_model_dir, tmp_path):
     _, plain = front_matter(released[0].release / "README.md")
-    assert "num_beams=4, length_penalty=1.0," in plain and "beam_size=4, length_penalty=1.0)" in plain
+    assert "num_beams=4, length_penalty=1.0," in plain and "beam_size=4, length_penalty=1.0," in plain
     paths = project(tmp_path, tiny_model_dir)
     card.run(parse({"evaluate": {"length_penalty": 1.6, "beam": 5}}), paths)
     _, body = front_matter(paths.release / "README.md")
-    assert "num_beams=5, length_penalty=1.6," in body and "beam_size=5, length_penalty=1.6)" in body
+    assert "num_beams=5, length_penalty=1.6," in body and "beam_size=5, length_penalty=1.6," in body
+    assert "min_decoding_length=0)[0].hypotheses[0]" in body
 
 
 def test_a_run_that_reached_its_planned_steps_has_no_warning_on_its_card(released):
