@@ -159,13 +159,15 @@ def test_a_run_cut_short_by_its_time_limit_is_said_first_on_the_card(tiny_model_
 
 
 
-def test_the_card_names_the_attention_dropout_and_the_sampled_segmentations_where_set(released, tiny_model_dir,
-                                                                                   tmp_path):
+def test_the_card_names_the_attention_and_word_dropout_and_the_sampled_segmentations_where_set(
+        released, tiny_model_dir, tmp_path):
     _, plain = front_matter(released[0].release / "README.md")
-    assert "attention 0" not in plain and "subword regularization" not in plain
+    assert "attention 0" not in plain and "subword regularization" not in plain and "word dropout" not in plain
     paths = project(tmp_path, tiny_model_dir)
-    card.run(parse({"model": {"attention_dropout": 0.1}, "tokenize": {"sampled_copies": 5}}), paths)
+    card.run(parse({"model": {"attention_dropout": 0.1}, "tokenize": {"sampled_copies": 5},
+                    "train": {"word_dropout": 0.1}}), paths)
     _, body = front_matter(paths.release / "README.md")
+    assert "label smoothing 0.1, clip norm 1.0, word dropout 0.1" in body
     assert "dropout 0.1 (attention 0.1)" in body
     assert ("every training pair also in 5 segmentations sampled from the 64 best (alpha 0.1), decoded with the "
             "one best") in body
