@@ -8,10 +8,12 @@ after `cp configs/multi30k-cpu-ref.yaml params.yaml && dvc repro tokenize`. Each
 its overrides (model.* and train.* keys: the tokenized data is DIR's) and train.max_steps = --updates; the first
 variant is the baseline, and one given without overrides is DIR's config itself. The real training stage
 (`python -m stages.train`, in a folder of its own whose data/tokenized is DIR's) trains each variant for --updates
-updates on --threads threads, with all that the stage does meanwhile: validation every train.valid_every updates
-with its greedy BLEU, last.pt and the snapshots to average every train.save_every. bench/train_throughput.py times
-the loop's updates alone, which misjudges a change whose cost lies outside them (a deeper decoder decodes the
-validation BLEU more slowly); the updates a config's 30 minutes buy are the stage's, so they come from here.
+updates on --threads cores (train.threads is --threads over the variant's train.nproc, so one process on two threads
+and two DDP processes on one thread each compare on the same cores), with all that the stage does meanwhile:
+validation every train.valid_every updates with its greedy BLEU, last.pt and the snapshots to average every
+train.save_every. bench/train_throughput.py times the loop's updates alone, which misjudges a change whose cost
+lies outside them (a deeper decoder decodes the validation BLEU more slowly); the updates a config's 30 minutes
+buy are the stage's, so they come from here.
 
 Rounds alternate the order (A B, then B A, ...), so a machine that slows down or speeds up weighs on every
 variant alike. Per variant: the stage's train_seconds per round (metrics/train.json: the time train.max_minutes
@@ -52,7 +54,8 @@ def parse_args() -> argparse.Namespace:
                         help="a name and the params.yaml overrides it trains with (repeat; the first is the baseline)")
     parser.add_argument("--updates", type=int, default=500, help="updates each variant trains (train.max_steps)")
     parser.add_argument("--rounds", type=int, default=2, help="times each variant trains, the order alternating")
-    parser.add_argument("--threads", type=int, default=2, help="train.threads of every variant")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="the cores every variant trains on: train.threads is this over the variant's train.nproc")
     parser.add_argument("--budget-seconds", type=float, default=1800.0,
                         help="the training time a config's step budget stands for (30 minutes)")
     parser.add_argument("--workdir", type=Path, help="keep each training run's folder here (default: removed)")
@@ -86,12 +89,27 @@ def variant_params(run_params: dict[str, Any], variant: list[str], args: argpars
         if key in BENCH_KEYS:
             sys.exit(f"--variant {name}: {key} is the bench's to set ({BENCH_KEYS[key]})")
         raw.setdefault(section, {})[field] = value
-    raw.setdefault("train", {}).update(max_steps=args.updates, threads=args.threads, max_minutes=None)
+    train = raw.setdefault("train", {})
+    processes = processes_of(train.get("nproc", 1))
+    if args.threads % processes:
+        sys.exit(f"--variant {name}: train.nproc={processes} processes cannot share --threads {args.threads} evenly")
+    train.update(max_steps=args.updates, threads=args.threads // processes, max_minutes=None)
     try:
         parse(raw, f"--variant {name}")
     except ParamsError as error:
         sys.exit(str(error))
     return raw
+
+
+def processes_of(nproc: Any) -> int:
+    """A variant's train.nproc as a process count. The bench trains on CPUs, where `auto` is one process; a value
+    that is no count is left to the params' own check, which names it."""
+    if nproc == "auto":
+        return 1
+    try:
+        return max(1, int(nproc))
+    except (TypeError, ValueError):
+        return 1
 
 
 def max_steps_of(run_params: dict[str, Any], params_file: Path) -> int | None:

@@ -37,8 +37,10 @@ picks (eager on CPUs): the comparison behind that choice.
 `--compile objective|layers` runs ours through torch.compile (dynamic shapes): the comparison behind the
 training stage's eager loop.
 `--profile N` instead prints torch.profiler tables of N updates of our loop in `--profile-precision` (bf16 by
-default): the ops by their own time, and the time by kind (matmuls, attention, softmax and loss, normalisation,
-elementwise, casts, optimizer). Last line: one JSON object.
+default): the ops by their own time, the time by kind (matmuls, attention, softmax and loss, normalisation,
+elementwise, casts, optimizer), and the matrix products by operand shapes with their GFLOP/s against the matmul
+peak of that precision measured in the same run (so whether the products or the rest leave the peak unused).
+Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -366,15 +368,16 @@ def op_kind(name: str) -> str:
     return "other"
 
 
-def profile_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """torch.profiler over --profile updates of our loop (after 10 of warm-up): the ops by their own time, and
-    their own time summed by kind. Returns the kinds' shares."""
+def profile_ours(args: argparse.Namespace, work: Path, peak: float) -> dict[str, Any]:
+    """torch.profiler over --profile updates of our loop (after 10 of warm-up): the ops by their own time, their
+    own time summed by kind, and the matrix products' rate by shape against `peak` (FLOP/s). Returns the kinds'
+    shares and the products' rate."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.profiler import ProfilerActivity, profile, schedule
 
     from stages.train import loop
 
-    prof = profile(activities=[ProfilerActivity.CPU],
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                    schedule=schedule(wait=0, warmup=10, active=args.profile, repeat=1))
     hook = register_optimizer_step_post_hook(lambda *_: prof.step())  # one profiler step per update
     root = work / "profile"
@@ -397,7 +400,33 @@ def profile_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print("own time of aten ops by kind:")
     for kind, us in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:>18}: {us / 1e3 / args.profile:8.1f} ms per update  {us / total:6.1%}")
-    return {kind: round(us / total, 4) for kind, us in kinds.items()}
+    rates = matmul_rates(prof.key_averages(group_by_input_shape=True), args.profile)
+    flops, seconds = sum(r["flops"] for r in rates), sum(r["seconds"] for r in rates)
+    print(f"matrix products by operand shapes (the 12 that take longest; the peak: {peak / 1e9:.0f} GFLOP/s, "
+          f"{args.profile_precision}, measured before the updates):")
+    for r in rates[:12]:
+        print(f"  {r['op']:>11} {r['shapes']:<36} {r['seconds'] * 1e3 / args.profile:6.1f} ms per update  "
+              f"{r['flops'] / r['seconds'] / 1e9:6.0f} GFLOP/s  {r['flops'] / r['seconds'] / peak:6.1%} of the peak")
+    print(f"  all {len(rates)} shapes: {flops / seconds / 1e9:.0f} GFLOP/s over their own time, "
+          f"{flops / seconds / peak:.1%} of the peak")
+    return {"time_share_by_kind": {kind: round(us / total, 4) for kind, us in kinds.items()},
+            "matmul_gflops": round(flops / seconds / 1e9, 1), "matmul_peak_gflops": round(peak / 1e9, 1),
+            "matmul_peak_share": round(flops / seconds / peak, 4)}
+
+
+def matmul_rates(events: Any, updates: int) -> list[dict[str, Any]]:
+    """The profiled mm, addmm and bmm calls grouped by operand shapes, longest first: their FLOPs and own seconds.
+    Whether the products themselves run below the machine's peak, or the time goes elsewhere."""
+    rows = []
+    for event in events:
+        if event.key not in ("aten::mm", "aten::addmm", "aten::bmm") or not event.self_cpu_time_total:
+            continue
+        a, b = [shape for shape in event.input_shapes if shape][-2:]  # addmm's bias comes first
+        batch = a[0] if len(a) == 3 else 1
+        rows.append({"op": event.key.removeprefix("aten::"), "shapes": f"{tuple(a)} x {tuple(b)}",
+                     "flops": 2.0 * batch * a[-2] * a[-1] * b[-1] * event.count,
+                     "seconds": event.self_cpu_time_total / 1e6})
+    return sorted(rows, key=lambda r: -r["seconds"])
 
 
 TRAINERS = ("ours", "hf", "hf_grouped")
@@ -505,15 +534,16 @@ def main() -> None:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="train-bench-"))
     try:
         meta = opened_work(args, work)
-        if args.profile:
-            kinds = profile_ours(args, work)
-            print(json.dumps({"profile_updates": args.profile, "precision": args.profile_precision,
-                              "threads": args.threads, "torch": torch.__version__, "bf16_native": bf16.native,
-                              "time_share_by_kind": kinds}))
-            return
-        corpus = corpus_shape(args, work, meta)
         # Emulated bf16 multiplies at well under 1 GFLOP/s: a 2048^3 product would take about a minute a repeat.
         sizes = {"fp32": 2048, "bf16": 2048 if bf16.native else 512}
+        if args.profile:
+            peak = matmul_peak(args.threads, args.profile_precision, sizes[args.profile_precision])
+            figures = profile_ours(args, work, peak)
+            print(json.dumps({"profile_updates": args.profile, "precision": args.profile_precision,
+                              "threads": args.threads, "torch": torch.__version__, "bf16_native": bf16.native,
+                              **figures}))
+            return
+        corpus = corpus_shape(args, work, meta)
         before = {p: matmul_peak(args.threads, p, n) for p, n in sizes.items()}
         results = {(name, precision): run_trainer(name, precision, args, work, meta, corpus.batch_sentences)
                    for precision in args.precisions for name in args.only}

@@ -76,6 +76,20 @@ def test_each_variant_trains_its_own_model_in_alternating_rounds(run_dir, tmp_pa
     assert again.returncode != 0 and "not empty" in again.stderr and "Traceback" not in again.stderr
 
 
+def test_processes_share_the_cores_the_bench_is_given(run_dir, tmp_path):
+    work = tmp_path / "runs"
+    result = bench(run_dir, "--threads", "2", "--updates", "4", "--rounds", "1", "--workdir", str(work),
+                   "--variant", "config", "--variant", "ddp", "train.nproc=2", "train.max_tokens=256")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name, processes, threads in (("config", 1, 2), ("ddp", 2, 1)):
+        trained = parse(yaml.safe_load((work / f"round1-{name}" / "params.yaml").read_text())).train
+        assert (trained.nproc, trained.threads) == (processes, threads)
+        assert json.loads((work / f"round1-{name}" / "metrics" / "train.json").read_text())["processes"] == processes
+    uneven = bench(run_dir, "--threads", "3", "--variant", "config", "--variant", "ddp", "train.nproc=2")
+    assert uneven.returncode != 0 and "Traceback" not in uneven.stderr
+    assert "--variant ddp: train.nproc=2 processes cannot share --threads 3 evenly" in uneven.stderr
+
+
 def test_a_baseline_other_than_the_runs_config_has_no_step_budget_to_scale(run_dir):
     result = bench(run_dir, "--updates", "10", "--rounds", "1", "--variant", "wide", "model.d_model=48")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -94,6 +94,28 @@ def test_the_profile_says_where_an_update_spends_its_time(tmp_path):
     assert (figures["profile_updates"], figures["precision"]) == (3, "fp32")
     shares = figures["time_share_by_kind"]
     assert shares["matmul"] > 0 and sum(shares.values()) == pytest.approx(1.0, abs=0.01)
+    assert figures["matmul_gflops"] > 0 and figures["matmul_peak_gflops"] > 0
+    # Each figure is rounded on its own (GFLOP/s to 0.1, the share to 1e-4), so the product is only close.
+    assert figures["matmul_peak_share"] * figures["matmul_peak_gflops"] == pytest.approx(figures["matmul_gflops"],
+                                                                                         rel=0.01, abs=0.1)
+    assert "matrix products by operand shapes" in result.stdout
+
+
+def test_the_profile_counts_each_products_flops_from_its_operands():
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    throughput = bench_module("train_throughput")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.addmm(torch.zeros(5), torch.ones(3, 4), torch.ones(4, 5))  # the bias is not an operand
+        for _ in range(2):
+            torch.bmm(torch.ones(6, 3, 4), torch.ones(6, 4, 2))
+        torch.mm(torch.ones(7, 2), torch.ones(2, 9))
+    rates = {r["op"]: r for r in throughput.matmul_rates(prof.key_averages(group_by_input_shape=True), 1)}
+    assert rates["addmm"]["flops"] == 2 * 3 * 4 * 5
+    assert rates["bmm"]["flops"] == 2 * (2 * 6 * 3 * 4 * 2)
+    assert rates["mm"]["flops"] == 2 * 7 * 2 * 9 and rates["mm"]["shapes"] == "(7, 2) x (2, 9)"
+    assert all(r["seconds"] > 0 for r in rates.values())
 
 
 def test_a_missing_corpus_is_named(tmp_path):
