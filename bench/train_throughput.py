@@ -400,7 +400,7 @@ def profile_ours(args: argparse.Namespace, work: Path, peak: float) -> dict[str,
     print("own time of aten ops by kind:")
     for kind, us in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:>18}: {us / 1e3 / args.profile:8.1f} ms per update  {us / total:6.1%}")
-    rates = matmul_rates(prof.key_averages(group_by_input_shape=True), args.profile)
+    rates = matmul_rates(prof.key_averages(group_by_input_shape=True))
     flops, seconds = sum(r["flops"] for r in rates), sum(r["seconds"] for r in rates)
     print(f"matrix products by operand shapes (the 12 that take longest; the peak: {peak / 1e9:.0f} GFLOP/s, "
           f"{args.profile_precision}, measured before the updates):")
@@ -414,7 +414,7 @@ def profile_ours(args: argparse.Namespace, work: Path, peak: float) -> dict[str,
             "matmul_peak_share": round(flops / seconds / peak, 4)}
 
 
-def matmul_rates(events: Any, updates: int) -> list[dict[str, Any]]:
+def matmul_rates(events: Any) -> list[dict[str, Any]]:
     """The profiled mm, addmm and bmm calls grouped by operand shapes, longest first: their FLOPs and own seconds.
     Whether the products themselves run below the machine's peak, or the time goes elsewhere."""
     rows = []

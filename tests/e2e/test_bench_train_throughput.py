@@ -111,7 +111,7 @@ def test_the_profile_counts_each_products_flops_from_its_operands():
         for _ in range(2):
             torch.bmm(torch.ones(6, 3, 4), torch.ones(6, 4, 2))
         torch.mm(torch.ones(7, 2), torch.ones(2, 9))
-    rates = {r["op"]: r for r in throughput.matmul_rates(prof.key_averages(group_by_input_shape=True), 1)}
+    rates = {r["op"]: r for r in throughput.matmul_rates(prof.key_averages(group_by_input_shape=True))}
     assert rates["addmm"]["flops"] == 2 * 3 * 4 * 5
     assert rates["bmm"]["flops"] == 2 * (2 * 6 * 3 * 4 * 2)
     assert rates["mm"]["flops"] == 2 * 7 * 2 * 9 and rates["mm"]["shapes"] == "(7, 2) x (2, 9)"
