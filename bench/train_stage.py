@@ -74,7 +74,9 @@ def variant_params(run_params: dict[str, Any], variant: list[str], args: argpars
     import copy
 
     from pipeline.params import ParamsError, parse
+    from pipeline.runtime.errors import PipelineError
     from pipeline.tools.cli import parse_overrides
+    from stages.train import resolve_nproc
 
     name, pairs = variant[0], variant[1:]
     try:
@@ -89,27 +91,18 @@ def variant_params(run_params: dict[str, Any], variant: list[str], args: argpars
         if key in BENCH_KEYS:
             sys.exit(f"--variant {name}: {key} is the bench's to set ({BENCH_KEYS[key]})")
         raw.setdefault(section, {})[field] = value
-    train = raw.setdefault("train", {})
-    processes = processes_of(train.get("nproc", 1))
-    if args.threads % processes:
-        sys.exit(f"--variant {name}: train.nproc={processes} processes cannot share --threads {args.threads} evenly")
-    train.update(max_steps=args.updates, threads=args.threads // processes, max_minutes=None)
+    raw.setdefault("train", {}).update(max_steps=args.updates, threads=args.threads, max_minutes=None)
     try:
-        parse(raw, f"--variant {name}")
+        # The training stage's own count of processes, from the validated value (`auto`: one per GPU, else 1).
+        processes = resolve_nproc(parse(raw, f"--variant {name}").train.nproc)
     except ParamsError as error:
         sys.exit(str(error))
+    except PipelineError as error:  # more processes than the machine's GPUs
+        sys.exit(f"--variant {name}: {error}")
+    if args.threads % processes:
+        sys.exit(f"--variant {name}: train.nproc={processes} processes cannot share --threads {args.threads} evenly")
+    raw["train"]["threads"] = args.threads // processes
     return raw
-
-
-def processes_of(nproc: Any) -> int:
-    """A variant's train.nproc as a process count. The bench trains on CPUs, where `auto` is one process; a value
-    that is no count is left to the params' own check, which names it."""
-    if nproc == "auto":
-        return 1
-    try:
-        return max(1, int(nproc))
-    except (TypeError, ValueError):
-        return 1
 
 
 def max_steps_of(run_params: dict[str, Any], params_file: Path) -> int | None:

@@ -102,6 +102,7 @@ def test_a_baseline_other_than_the_runs_config_has_no_step_budget_to_scale(run_d
     (["v", "tokenize.vocab_size=800"], "tokenize.vocab_size: only model.* and train.* keys"),
     (["v", "train.max_steps=10"], "train.max_steps is the bench's to set (--updates)"),
     (["v", "model.d_model=-4"], "model.d_model"),
+    (["v", "train.nproc=0"], "train.nproc"),
     (["v", "model.dropout"], "expected KEY=VALUE"),
 ])
 def test_a_variant_it_cannot_time_exits_naming_the_key(run_dir, variant, named):
