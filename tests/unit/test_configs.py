@@ -72,7 +72,7 @@ MULTI30K = REPO / "configs" / "multi30k-cpu-ref.yaml"
 MULTI30K_MULTI = REPO / "configs" / "multi30k-multi-cpu-ref.yaml"
 
 
-def test_the_multi30k_configs_are_bounded_by_one_step_budget_not_a_clock_in_auto_precision():
+def test_the_multi30k_configs_are_bounded_by_their_own_step_budgets_not_a_clock_in_auto_precision():
     bilingual, multilingual = load(MULTI30K), load(MULTI30K_MULTI)
     for params in (bilingual, multilingual):
         assert params.train.max_minutes is None and params.train.max_epochs is None
