@@ -101,6 +101,31 @@ def test_the_profile_says_where_an_update_spends_its_time(tmp_path):
     assert "matrix products by operand shapes" in result.stdout
 
 
+def test_a_profile_without_a_peak_gives_the_products_rate_and_no_share(tmp_path, monkeypatch, capsys):
+    """Where bf16 is emulated the bench measures no peak to profile against (main passes None): the products' own
+    rate is still given, their share of a peak is not, and the printout says why."""
+    import torch
+
+    throughput = bench_module("train_throughput")
+    corpus = multi30k_layout(tmp_path / "multi30k")
+    monkeypatch.setattr(sys, "argv", ["train_throughput.py", "--threads", "1", "--multi30k", str(corpus), "--profile",
+                                      "2", "--profile-precision", "fp32", "--vocab-size", "800", "--max-tokens", "256",
+                                      "--model", *TINY_MODEL])
+    args = throughput.arguments()
+    work = tmp_path / "work"
+    work.mkdir()
+    throughput.opened_work(args, work)
+    threads = torch.get_num_threads()
+    try:
+        figures = throughput.profile_ours(args, work, None)
+    finally:
+        torch.set_num_threads(threads)
+    assert figures["matmul_gflops"] > 0
+    assert figures["matmul_peak_gflops"] is None and figures["matmul_peak_share"] is None
+    printed = capsys.readouterr().out
+    assert "bf16 is emulated here, so no share of a peak" in printed and "of the peak" not in printed
+
+
 def test_the_profile_counts_each_products_flops_from_its_operands():
     import torch
     from torch.profiler import ProfilerActivity, profile
